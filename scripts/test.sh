@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Sets everything up, then builds and runs the whole test suite three times:
+#   1. build/        release build (RelWithDebInfo, gcc), all tests
+#   2. build-asan/   AddressSanitizer + UndefinedBehaviorSanitizer (clang), all tests
+#   3. build-tsan/   ThreadSanitizer (clang), the tests labelled `concurrency`
+# Exits non-zero on any failure; the last line is the summary over all three.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+
+scripts/setup.sh || { echo "test: set-up failed" >&2; exit 1; }
+
+jobs=$(nproc 2>/dev/null || echo 2)
+passed=0
+failed=0
+status=0
+
+run_pass() { # run_pass NAME BUILD_DIR CC CTEST_ARGS... -- CMAKE_ARGS...
+    local name=$1 dir=$2 cc=$3
+    shift 3
+    local ctest_args=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+        ctest_args+=("$1")
+        shift
+    done
+    shift
+    echo "=== $name ==="
+    mkdir -p "$dir"
+    if ! CC=$cc cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >"$dir/configure.log" 2>&1; then
+        cat "$dir/configure.log"
+        echo "test: $name: configure failed"
+        status=1
+        failed=$((failed + 1))
+        return
+    fi
+    if ! cmake --build "$dir" -j "$jobs" >"$dir/build.log" 2>&1; then
+        grep -E 'error|warning' "$dir/build.log" | head -50
+        echo "test: $name: build failed (full log: $dir.build.log)"
+        status=1
+        failed=$((failed + 1))
+        return
+    fi
+    local log="$dir/ctest.log"
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}" 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    # "100% tests passed, 0 tests failed out of 12"
+    local line total bad
+    line=$(grep -E 'tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1)
+    total=$(echo "$line" | sed -E 's/.*out of ([0-9]+).*/\1/')
+    bad=$(echo "$line" | sed -E 's/.* ([0-9]+) tests? failed.*/\1/')
+    if [ -z "$line" ]; then
+        echo "test: $name: ctest printed no summary"
+        status=1
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + total - bad))
+    failed=$((failed + bad))
+    [ "$rc" = 0 ] || status=1
+}
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}
+
+run_pass "release" build gcc -- -DRILL_SANITIZE=
+run_pass "asan+ubsan" build-asan clang -- -DRILL_SANITIZE=address -DRILL_CUDA=OFF
+run_pass "tsan" build-tsan clang -L concurrency -- -DRILL_SANITIZE=thread -DRILL_CUDA=OFF
+
+echo
+echo "release, asan+ubsan and tsan passes together:"
+echo "tests: $passed passed, $failed failed"
+exit $status
