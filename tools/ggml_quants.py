@@ -1,12 +1,14 @@
 """Numpy quantizers for the ggml block formats rill supports.
 
 Q8_0, Q4_0, Q4_1 and BF16 come from gguf-py (gguf.quants), whose implementations are written to be
-bit-exact with ggml's reference quantizers. gguf-py has no K-quant quantizers (only dequantizers), so
-Q4_K, Q5_K and Q6_K are implemented here, following ggml's quantize_row_q{4,5,6}_K_ref
-(ggml/src/ggml-quants.c): the same scale search (make_qkx2_quants / make_qx_quants), the same 6-bit
-scale/min packing and the same bit layouts. They are not guaranteed bit-exact with ggml (ggml sums in
-float32 in sequence; this sums in float64), but every block they write is a valid block of that type
-and gguf.quants.dequantize reads it back (checked in make_test_models.py --check).
+bit-exact with ggml's reference quantizers. gguf-py has no K-quant quantizers (only
+dequantizers), so Q4_K, Q5_K and Q6_K are implemented here, following ggml's
+quantize_row_q{4,5,6}_K_ref (ggml/src/ggml-quants.c): the same scale search (make_qkx2_quants /
+make_qx_quants), the same 6-bit scale/min packing and the same bit layouts, computed in float32
+with ggml's left-to-right sums so that the bytes match ggml's reference quantizer (checked against
+ggml_quantize_chunk from llama.cpp's libggml-base when it is installed: see
+check_quants_vs_ggml.py) and never depend on the CPU's SIMD width. gguf.quants.dequantize reads
+every block back (make_test_models.py --check).
 
 Block layouts (QK_K = 256, K_SCALE_SIZE = 12, all little-endian, ggml_half = IEEE fp16):
 
@@ -48,79 +50,99 @@ def _f16_roundtrip(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return h.reshape(-1, 1).view(np.uint8), h.astype(np.float32)
 
 
-def _make_qkx2_quants(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Vectorised make_qkx2_quants over rows of x (n, 32). Returns (scale, min) with min >= 0,
-    meaning w ~= scale * q - min."""
-    x = x.astype(np.float64)
-    av_x = np.sqrt((x * x).mean(axis=1, keepdims=True))
-    w = av_x + np.abs(x)
-    mn = np.minimum(x.min(axis=1), 0.0)
-    mx = x.max(axis=1)
-    sum_w = w.sum(axis=1)
-    sum_x = (w * x).sum(axis=1)
-    rng = mx - mn
-    flat = rng == 0
-    rng_s = np.where(flat, 1.0, rng)
+def _seqsum(a: np.ndarray) -> np.ndarray:
+    """Sum over the last axis in float32, strictly left to right, like ggml's scalar loops. Only
+    element-wise float32 operations are used, so the result is identical on every machine (numpy's
+    own .sum() reorders additions depending on the CPU's SIMD width)."""
+    acc = a[..., 0].astype(np.float32)
+    for i in range(1, a.shape[-1]):
+        acc = acc + a[..., i]
+    return acc
 
-    iscale = nmax / rng_s
-    scale = 1.0 / iscale
-    L = np.clip(np.rint(iscale[:, None] * (x - mn[:, None])), 0, nmax)
-    best_err = (w * (scale[:, None] * L + mn[:, None] - x) ** 2).sum(axis=1)
-    best_scale = scale.copy()
-    best_min = mn.copy()
+
+F32 = np.float32
+
+
+def _make_qkx2_quants(x: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
+    """make_qkx2_quants(n, nmax, x, weights, L, &the_min, Laux, rmin, rdelta, nstep, false) with
+    ggml's q4_K/q5_K weights (av_x + |x|), vectorised over the rows of x (m, n), in float32.
+    Returns (scale, the_min, L): w ~= scale * L - the_min, the_min >= 0."""
+    x = x.astype(F32)
+    av_x = np.sqrt(_seqsum(x * x) / F32(x.shape[1]))
+    w = av_x[:, None] + np.abs(x)
+    mn = np.minimum(x.min(axis=1), F32(0))
+    mx = x.max(axis=1)
+    sum_w = _seqsum(w)
+    sum_x = _seqsum(w * x)
+    flat = mx == mn
+    one = F32(1)
+
+    rng = np.where(flat, one, mx - mn)
+    iscale = F32(nmax) / rng
+    scale = one / iscale
+    L = np.clip(np.rint(iscale[:, None] * (x - mn[:, None])), 0, nmax).astype(F32)
+    diff = scale[:, None] * L + mn[:, None] - x
+    best_err = _seqsum(w * (diff * diff))
     for i in range(nstep + 1):
-        iscale = (rmin + rdelta * i + nmax) / rng_s
-        l = np.clip(np.rint(iscale[:, None] * (x - mn[:, None])), 0, nmax)
-        sum_l = (w * l).sum(axis=1)
-        sum_l2 = (w * l * l).sum(axis=1)
-        sum_xl = (w * l * x).sum(axis=1)
+        # ggml moves `min` whenever a step improves the error; later steps measure from it.
+        rng = np.where(flat, one, mx - mn)
+        iscale = (F32(rmin) + F32(rdelta) * F32(i) + F32(nmax)) / rng
+        l = np.clip(np.rint(iscale[:, None] * (x - mn[:, None])), 0, nmax).astype(F32)
+        wl = w * l
+        sum_l = _seqsum(wl)
+        sum_l2 = _seqsum(wl * l)
+        sum_xl = _seqsum(wl * x)
         D = sum_w * sum_l2 - sum_l * sum_l
         ok = D > 0
-        D_s = np.where(ok, D, 1.0)
+        D_s = np.where(ok, D, one)
         this_scale = (sum_w * sum_xl - sum_x * sum_l) / D_s
         this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D_s
         pos = this_min > 0
-        this_min = np.where(pos, 0.0, this_min)
-        this_scale = np.where(pos, sum_xl / np.where(sum_l2 > 0, sum_l2, 1.0), this_scale)
-        cur = (w * (this_scale[:, None] * l + this_min[:, None] - x) ** 2).sum(axis=1)
-        upd = ok & (cur < best_err)
+        this_min = np.where(pos, F32(0), this_min)
+        this_scale = np.where(pos, sum_xl / np.where(sum_l2 != 0, sum_l2, one), this_scale)
+        diff = this_scale[:, None] * l + this_min[:, None] - x
+        cur = _seqsum(w * (diff * diff))
+        upd = ok & (cur < best_err) & ~flat
         best_err = np.where(upd, cur, best_err)
-        best_scale = np.where(upd, this_scale, best_scale)
-        best_min = np.where(upd, this_min, best_min)
-    best_scale = np.where(flat, 0.0, best_scale)
-    return best_scale.astype(np.float32), (-best_min).astype(np.float32)
+        scale = np.where(upd, this_scale, scale)
+        mn = np.where(upd, this_min, mn)
+        L = np.where(upd[:, None], l, L)
+    scale = np.where(flat, F32(0), scale)
+    L = np.where(flat[:, None], F32(0), L)
+    return scale.astype(F32), (-mn).astype(F32), L.astype(np.uint8)
 
 
 def _quantize_k_scale_min(blocks: np.ndarray, nmax: int, rmin: float, rdelta: float, nstep: int):
-    """Shared part of Q4_K and Q5_K: per-sub-block scale/min search, 6-bit quantization of the
-    scales and mins against the super-block d/dmin, and the final integer weights."""
+    """Shared part of quantize_row_q4_K_ref / q5_K_ref: per-sub-block scale/min search, 6-bit
+    quantization of scales and mins against the super-block d/dmin, and the final integers."""
     nb = blocks.shape[0]
-    sub = blocks.reshape(nb * 8, 32)
-    scales, mins = _make_qkx2_quants(sub, nmax, rmin, rdelta, nstep)
+    blocks = blocks.astype(F32)
+    scales, mins, L0 = _make_qkx2_quants(blocks.reshape(nb * 8, 32), nmax, rmin, rdelta, nstep)
     scales = scales.reshape(nb, 8)
     mins = mins.reshape(nb, 8)
-    max_scale = np.maximum(scales.max(axis=1), 0.0)
-    max_min = np.maximum(mins.max(axis=1), 0.0)
-    inv_scale = np.where(max_scale > 0, np.float32(63.0) / np.where(max_scale > 0, max_scale, 1), 0)
-    inv_min = np.where(max_min > 0, np.float32(63.0) / np.where(max_min > 0, max_min, 1), 0)
-    ls = np.clip(np.rint(inv_scale[:, None] * scales), 0, 63).astype(np.uint8)
-    lm = np.clip(np.rint(inv_min[:, None] * mins), 0, 63).astype(np.uint8)
-    d_bytes, d = _f16_roundtrip(max_scale / np.float32(63.0))
-    dmin_bytes, dmin = _f16_roundtrip(max_min / np.float32(63.0))
+    max_scale = np.maximum(scales.max(axis=1), F32(0))
+    max_min = np.maximum(mins.max(axis=1), F32(0))
+    inv_scale = np.where(max_scale > 0, F32(63) / np.where(max_scale > 0, max_scale, F32(1)),
+                         F32(0))
+    inv_min = np.where(max_min > 0, F32(63) / np.where(max_min > 0, max_min, F32(1)), F32(0))
+    ls = np.minimum(np.rint(inv_scale[:, None] * scales), 63).astype(np.uint8)
+    lm = np.minimum(np.rint(inv_min[:, None] * mins), 63).astype(np.uint8)
+    d_bytes, d = _f16_roundtrip(max_scale / F32(63))
+    dmin_bytes, dmin = _f16_roundtrip(max_min / F32(63))
 
     packed = np.zeros((nb, 12), dtype=np.uint8)
     packed[:, 0:4] = ls[:, 0:4] | ((ls[:, 4:8] >> 4) << 6)
     packed[:, 4:8] = lm[:, 0:4] | ((lm[:, 4:8] >> 4) << 6)
     packed[:, 8:12] = (ls[:, 4:8] & 0xF) | ((lm[:, 4:8] & 0xF) << 4)
 
-    d_eff = (d[:, None] * ls.astype(np.float32)).astype(np.float32)  # (nb, 8)
-    dm_eff = (dmin[:, None] * lm.astype(np.float32)).astype(np.float32)
+    d_eff = d[:, None] * ls.astype(F32)  # (nb, 8)
+    dm_eff = dmin[:, None] * lm.astype(F32)
     x = blocks.reshape(nb, 8, 32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        q = np.rint((x + dm_eff[:, :, None]) / d_eff[:, :, None])
-    q = np.where(d_eff[:, :, None] == 0, 0, q)
-    q = np.clip(q, 0, nmax).astype(np.uint8).reshape(nb, QK_K)
-    return d_bytes, dmin_bytes, packed, q
+        q = np.clip(np.rint((x + dm_eff[:, :, None]) / d_eff[:, :, None]), 0, nmax)
+    # ggml skips sub-blocks whose effective scale is 0 and keeps the search's integers there.
+    q = np.where(d_eff[:, :, None] == 0, L0.reshape(nb, 8, 32), q)
+    return d_bytes, dmin_bytes, packed, q.astype(np.uint8).reshape(nb, QK_K)
 
 
 def quantize_q4_k(blocks: np.ndarray) -> np.ndarray:
@@ -145,51 +167,57 @@ def quantize_q5_k(blocks: np.ndarray) -> np.ndarray:
     return np.concatenate([d, dmin, sc, qh, qs], axis=1)
 
 
-def _make_qx_quants_rmse1(x: np.ndarray, nmax: int) -> np.ndarray:
-    """Vectorised make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) over rows of x; returns scale
-    (signed) per row."""
-    x = x.astype(np.float64)
-    idx = np.abs(x).argmax(axis=1)
+def _make_qx_quants_rmse1(x: np.ndarray, nmax: int):
+    """make_qx_quants(n, nmax, x, L, rmse_type=1, NULL) vectorised over the rows of x (m, n), in
+    float32. Returns (scale, L) with L = l + nmax in 0..2*nmax-1."""
+    x = x.astype(F32)
+    idx = np.abs(x).argmax(axis=1)  # first maximum, as ggml's strict '>'
     mx = np.take_along_axis(x, idx[:, None], axis=1)[:, 0]
-    zero = np.abs(mx) < GROUP_MAX_EPS
-    mx_s = np.where(zero, 1.0, mx)
+    zero = np.abs(mx) < F32(GROUP_MAX_EPS)
+    mx_s = np.where(zero, F32(1), mx)
     w = x * x
 
     def fit(iscale):
-        l = np.clip(np.rint(iscale[:, None] * x), -nmax, nmax - 1)
-        return (w * x * l).sum(axis=1), (w * l * l).sum(axis=1)
+        l = np.clip(np.rint(iscale[:, None] * x), -nmax, nmax - 1).astype(F32)
+        return l, _seqsum(w * x * l), _seqsum(w * l * l)
 
-    sumlx, suml2 = fit(-nmax / mx_s)
-    scale = np.where(suml2 > 0, sumlx / np.where(suml2 > 0, suml2, 1), 0.0)
+    l, sumlx, suml2 = fit(F32(-nmax) / mx_s)
+    L = l
+    scale = np.where(suml2 != 0, sumlx / np.where(suml2 != 0, suml2, F32(1)), F32(0))
     best = scale * sumlx
     for i in range(-9, 10):
         if i == 0:
             continue
-        sumlx, suml2 = fit(-(nmax + 0.1 * i) / mx_s)
+        l, sumlx, suml2 = fit(-(F32(nmax) + F32(0.1) * F32(i)) / mx_s)
         upd = (suml2 > 0) & (sumlx * sumlx > best * suml2)
-        new_scale = sumlx / np.where(suml2 > 0, suml2, 1)
+        new_scale = sumlx / np.where(suml2 > 0, suml2, F32(1))
         scale = np.where(upd, new_scale, scale)
         best = np.where(upd, new_scale * sumlx, best)
-    return np.where(zero, 0.0, scale).astype(np.float32)
+        L = np.where(upd[:, None], l, L)
+    scale = np.where(zero, F32(0), scale)
+    L = np.where(zero[:, None], F32(-nmax), L)
+    return scale.astype(F32), (L + nmax).astype(np.uint8)
 
 
 def quantize_q6_k(blocks: np.ndarray) -> np.ndarray:
-    """blocks: (nb, 256) float32 -> (nb, 210) uint8."""
+    """blocks: (nb, 256) float32 -> (nb, 210) uint8, as quantize_row_q6_K_ref."""
     nb = blocks.shape[0]
-    scales = _make_qx_quants_rmse1(blocks.reshape(nb * 16, 16), 32).reshape(nb, 16)
-    imax = np.abs(scales).argmax(axis=1)  # first maximum, as ggml's strict '>'
+    blocks = blocks.astype(F32)
+    scales, L0 = _make_qx_quants_rmse1(blocks.reshape(nb * 16, 16), 32)
+    scales = scales.reshape(nb, 16)
+    imax = np.abs(scales).argmax(axis=1)
     max_scale = np.take_along_axis(scales, imax[:, None], axis=1)[:, 0]
-    zero = np.abs(max_scale) < GROUP_MAX_EPS
-    iscale = np.where(zero, 0, np.float32(-128.0) / np.where(zero, 1, max_scale)).astype(np.float32)
+    zero = np.abs(max_scale) < F32(GROUP_MAX_EPS)
+    iscale = np.where(zero, F32(0), F32(-128) / np.where(zero, F32(1), max_scale))
     with np.errstate(divide="ignore"):
-        d_bytes, d = _f16_roundtrip(np.where(zero, 0, np.float32(1.0) / iscale))
+        d_bytes, d = _f16_roundtrip(np.where(zero, F32(0), F32(1) / iscale))
     sq = np.minimum(127, np.rint(iscale[:, None] * scales)).astype(np.int8)
-    d_eff = (d[:, None] * sq.astype(np.float32)).astype(np.float32)
+    d_eff = d[:, None] * sq.astype(F32)
     x = blocks.reshape(nb, 16, 16)
     with np.errstate(divide="ignore", invalid="ignore"):
-        l = np.rint(x / d_eff[:, :, None])
-    l = np.where(d_eff[:, :, None] == 0, 0, l)
-    L = (np.clip(l, -32, 31) + 32).astype(np.uint8).reshape(nb, 2, 4, 32)  # (nb, half, quarter, l)
+        L = np.clip(np.rint(x / d_eff[:, :, None]), -32, 31) + 32
+    L = np.where(d_eff[:, :, None] == 0, L0.reshape(nb, 16, 16), L)
+    L = L.astype(np.uint8).reshape(nb, 2, 4, 32)  # (block, half, quarter, l)
     ql = np.empty((nb, 2, 2, 32), dtype=np.uint8)
     ql[:, :, 0, :] = (L[:, :, 0, :] & 0xF) | ((L[:, :, 2, :] & 0xF) << 4)
     ql[:, :, 1, :] = (L[:, :, 1, :] & 0xF) | ((L[:, :, 3, :] & 0xF) << 4)
@@ -197,7 +225,7 @@ def quantize_q6_k(blocks: np.ndarray) -> np.ndarray:
           | ((L[:, :, 3, :] >> 4) << 6))
     out = np.concatenate([ql.reshape(nb, 128), qh.reshape(nb, 64), sq.view(np.uint8), d_bytes],
                          axis=1)
-    out[zero] = 0
+    out[zero] = 0  # ggml memsets an all-zero block
     return out
 
 
