@@ -9,6 +9,15 @@ cd "$(dirname "$0")/.." || exit 1
 
 scripts/setup.sh || { echo "test: set-up failed" >&2; exit 1; }
 
+# The tiny test models are regenerated, not committed; they must be byte-identical to the files
+# llama.cpp's reference logits were recorded on (the hashes in tests/data/ref/logits.tsv).
+.venv/bin/python tools/make_test_models.py --out tests/data/models >/dev/null ||
+    { echo "test: could not generate the test models" >&2; exit 1; }
+while IFS=$'\t' read -r _ _ _ _ model sha _; do
+    got=$(sha256sum "tests/data/models/$model" | cut -d' ' -f1)
+    [ "$got" = "$sha" ] || { echo "test: tests/data/models/$model differs from the model the references were recorded on" >&2; exit 1; }
+done < <(grep -v '^#' tests/data/ref/logits.tsv | grep rill-tiny | sort -u -k5,5)
+
 jobs=$(nproc 2>/dev/null || echo 2)
 passed=0
 failed=0
