@@ -1,0 +1,419 @@
+/*
+ * cpu_backend.c - the fast CPU backend: kernel-table selection, memory, and the op drivers that
+ * split work over the thread pool (matmul lives in cpu_matmul.c).
+ *
+ * Choices:
+ *   - The kernel table (AVX2 or scalar) is picked once at creation: CPUID decides under
+ *     RILL_SIMD_AUTO, and RILL_SIMD=scalar|avx2 in the environment overrides AUTO so that CI can
+ *     run the whole suite on both paths on one machine.
+ *   - Small ops run inline on the calling thread: waking workers costs microseconds, and for one
+ *     decode token an RMSNorm or a residual add over 576 floats is far cheaper than that. Work is
+ *     handed to the pool from PAR_MIN_WORK elements on.
+ *   - Scratch is allocated once: max_batch act rows of max_n_in * 4 bytes (rounded to 64) for the
+ *     matmul's quantized inputs. Ops allocate nothing; attention and RoPE keep their per-task
+ *     buffers on the stack (bounded by RILL_KV_MAX_HEAD_DIM and RILL__ATTN_MAX_Q).
+ *   - Attention tasks are (token, KV head, group of query heads). A whole GQA group per task
+ *     reads each K/V row once for all its query heads; when that gives too few tasks to keep the
+ *     threads busy (decode: 1 token x 3 KV heads), groups are split.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_internal.h"
+#include "cpu_internal.h"
+#include "rill_alloc.h"
+#include "rill_pool.h"
+
+#define PAR_MIN_WORK 32768 /* elements below which an op stays on the calling thread */
+
+typedef struct cpu_backend {
+    struct rill_backend base; /* first member */
+    const rill__cpu_kernels_t *k;
+    rill_pool_t *pool;
+    void *act; /* max_batch act rows */
+} cpu_backend_t;
+
+static cpu_backend_t *cpu(rill_backend_t *b) {
+    return (cpu_backend_t *)b;
+}
+
+/* The pool when `work` elements justify waking the workers, else NULL (inline). */
+static rill_pool_t *pool_for_work(rill_backend_t *b, int64_t work) {
+    return work >= PAR_MIN_WORK ? cpu(b)->pool : NULL;
+}
+
+static void cpu_destroy(rill_backend_t *b) {
+    cpu_backend_t *c = cpu(b);
+    rill_pool_destroy(&c->pool);
+    rill_free(c->act);
+    rill__backend_deinit_common(b);
+    rill_free(c);
+}
+
+static rill_err_t cpu_alloc(rill_backend_t *b, size_t bytes, void **out) {
+    (void)b;
+    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
+    return *out != NULL ? RILL_OK : RILL_ENOMEM;
+}
+
+static void cpu_free(rill_backend_t *b, void *p) {
+    (void)b;
+    rill_free(p);
+}
+
+static rill_err_t cpu_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    memmove(dst, src, bytes);
+    return RILL_OK;
+}
+
+static rill_err_t cpu_zero(rill_backend_t *b, void *dst, size_t bytes) {
+    (void)b;
+    memset(dst, 0, bytes);
+    return RILL_OK;
+}
+
+static rill_err_t cpu_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
+    (void)b;
+    w->data = host; /* zero copy: the kernels read the mmapped layout as is */
+    return RILL_OK;
+}
+
+static void cpu_weight_release(rill_backend_t *b, rill_weight_t *w) {
+    (void)b;
+    (void)w;
+}
+
+static rill_err_t cpu_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
+                               const int32_t *ids, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes;
+        (void)rill_dequantize_row(w->dtype, row, y + i * w->ne0, w->ne0);
+    }
+    return RILL_OK;
+}
+
+/* ---- row-wise and elementwise ops ----------------------------------------------------------- */
+
+typedef struct rows_job {
+    const rill__cpu_kernels_t *k;
+    float *y;
+    const float *x, *w;
+    int64_t n;
+    float eps;
+} rows_job_t;
+
+static void rms_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    const rows_job_t *j = ctx;
+    (void)thread;
+    for (int64_t r = begin; r < end; r++) {
+        j->k->rms_norm_row(j->y + r * j->n, j->x + r * j->n, j->w, j->n, j->eps);
+    }
+}
+
+static rill_err_t cpu_rms_norm(rill_backend_t *b, float *y, const float *x, const float *w,
+                               int64_t n_rows, int64_t n, float eps) {
+    rows_job_t j = { cpu(b)->k, y, x, w, n, eps };
+    rill_pool_for(pool_for_work(b, n_rows * n), n_rows, 0, rms_rows, &j);
+    return RILL_OK;
+}
+
+static void bias_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    const rows_job_t *j = ctx;
+    (void)thread;
+    for (int64_t r = begin; r < end; r++) {
+        j->k->add(j->y + r * j->n, j->y + r * j->n, j->w, j->n);
+    }
+}
+
+static rill_err_t cpu_add_bias(rill_backend_t *b, float *x, const float *bias, int64_t n_rows,
+                               int64_t n) {
+    rows_job_t j = { cpu(b)->k, x, x, bias, n, 0.0f };
+    rill_pool_for(pool_for_work(b, n_rows * n), n_rows, 0, bias_rows, &j);
+    return RILL_OK;
+}
+
+#define EW_BLOCK 4096 /* elements per elementwise work item */
+
+typedef struct ew_job {
+    const rill__cpu_kernels_t *k;
+    float *y;
+    const float *a, *c;
+    int64_t n;
+    bool swiglu;
+} ew_job_t;
+
+static void ew_blocks(void *ctx, int64_t begin, int64_t end, int thread) {
+    const ew_job_t *j = ctx;
+    (void)thread;
+    const int64_t i0 = begin * EW_BLOCK;
+    const int64_t i1 = end * EW_BLOCK < j->n ? end * EW_BLOCK : j->n;
+    if (j->swiglu) {
+        j->k->swiglu(j->y + i0, j->a + i0, j->c + i0, i1 - i0);
+    } else {
+        j->k->add(j->y + i0, j->a + i0, j->c + i0, i1 - i0);
+    }
+}
+
+static rill_err_t elementwise(rill_backend_t *b, float *y, const float *a, const float *c,
+                              int64_t n, bool swiglu) {
+    ew_job_t j = { cpu(b)->k, y, a, c, n, swiglu };
+    rill_pool_for(pool_for_work(b, n), (n + EW_BLOCK - 1) / EW_BLOCK, 0, ew_blocks, &j);
+    return RILL_OK;
+}
+
+static rill_err_t cpu_add(rill_backend_t *b, float *y, const float *a, const float *c, int64_t n) {
+    return elementwise(b, y, a, c, n, false);
+}
+
+static rill_err_t cpu_swiglu(rill_backend_t *b, float *y, const float *g, const float *u,
+                             int64_t n) {
+    return elementwise(b, y, g, u, n, true);
+}
+
+static rill_err_t cpu_matmul(rill_backend_t *b, float *y, const float *x, const rill_weight_t *w,
+                             int64_t n_tok) {
+    rill__cpu_matmul(cpu(b)->k, cpu(b)->pool, cpu(b)->act, y, x, w, n_tok);
+    return RILL_OK;
+}
+
+/* ---- RoPE and the KV pool ------------------------------------------------------------------- */
+
+typedef struct tok_job {
+    rill_backend_t *b;
+    const rill_kv_layout_t *kv;
+    float *x;
+    const float *k, *v;
+    void *pool;
+    int32_t n_heads, head_dim;
+    const rill_rope_t *rope;
+} tok_job_t;
+
+static void rope_tokens(void *ctx, int64_t begin, int64_t end, int thread) {
+    const tok_job_t *j = ctx;
+    (void)thread;
+    float cs[RILL_KV_MAX_HEAD_DIM];
+    for (int64_t t = begin; t < end; t++) {
+        rill__rope_cos_sin(j->rope, j->b->tok[t].pos, cs);
+        for (int32_t h = 0; h < j->n_heads; h++) {
+            rill__rope_apply(j->x + ((size_t)t * j->n_heads + h) * j->head_dim, j->rope, cs);
+        }
+    }
+}
+
+static rill_err_t cpu_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t head_dim,
+                           const rill_rope_t *rope) {
+    tok_job_t j = { .b = b, .x = x, .n_heads = n_heads, .head_dim = head_dim, .rope = rope };
+    rill_pool_for(pool_for_work(b, (int64_t)b->n_tok * n_heads * head_dim), b->n_tok, 0,
+                  rope_tokens, &j);
+    return RILL_OK;
+}
+
+static void store_row(const rill__cpu_kernels_t *k, const rill_kv_layout_t *kv, uint8_t *dst,
+                      const float *src) {
+    if (kv->dtype == RILL_DTYPE_F16) {
+        k->to_f16((uint16_t *)dst, src, kv->head_dim);
+    } else {
+        memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
+    }
+}
+
+static void kv_store_tokens(void *ctx, int64_t begin, int64_t end, int thread) {
+    const tok_job_t *j = ctx;
+    const rill_kv_layout_t *kv = j->kv;
+    const rill__cpu_kernels_t *k = cpu(j->b)->k;
+    (void)thread;
+    for (int64_t t = begin; t < end; t++) {
+        const rill_batch_token_t *tk = &j->b->tok[t];
+        const int32_t page = j->b->seq[tk->seq].pages[tk->slot / kv->page_size];
+        const int32_t row = tk->slot % kv->page_size;
+        for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+            const size_t off = ((size_t)t * kv->n_kv_heads + h) * kv->head_dim;
+            store_row(k, kv, rill__kv_ptr(kv, j->pool, page, h, row, 0), j->k + off);
+            store_row(k, kv, rill__kv_ptr(kv, j->pool, page, h, row, 1), j->v + off);
+        }
+    }
+}
+
+static rill_err_t cpu_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                               const float *k, const float *v) {
+    tok_job_t j = { .b = b, .kv = kv, .pool = pool, .k = k, .v = v };
+    rill_pool_for(pool_for_work(b, (int64_t)b->n_tok * kv->n_kv_heads * kv->head_dim * 2), b->n_tok,
+                  0, kv_store_tokens, &j);
+    return RILL_OK;
+}
+
+typedef struct attn_job {
+    rill_backend_t *b;
+    const rill_kv_layout_t *kv;
+    const void *pool;
+    float *out;
+    const float *q;
+    int32_t n_head, group, q_per_task, n_sub;
+} attn_job_t;
+
+static void attn_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
+    const attn_job_t *j = ctx;
+    (void)thread;
+    const int32_t hkv = j->kv->n_kv_heads, D = j->kv->head_dim;
+    for (int64_t task = begin; task < end; task++) {
+        const int64_t t = task / ((int64_t)hkv * j->n_sub);
+        const int32_t g = (int32_t)(task / j->n_sub % hkv), sub = (int32_t)(task % j->n_sub);
+        const int32_t h0 = g * j->group + sub * j->q_per_task;
+        const int32_t h1 =
+            h0 + j->q_per_task < (g + 1) * j->group ? h0 + j->q_per_task : (g + 1) * j->group;
+        const rill_batch_token_t *tk = &j->b->tok[t];
+        rill__attn_task_t a = {
+            .kv = j->kv,
+            .pool = j->pool,
+            .pages = j->b->seq[tk->seq].pages,
+            .n_kv = tk->n_kv,
+            .kv_head = g,
+            .n_q = h1 - h0,
+            .q = j->q + ((size_t)t * j->n_head + h0) * D,
+            .out = j->out + ((size_t)t * j->n_head + h0) * D,
+        };
+        cpu(j->b)->k->attention(&a);
+    }
+}
+
+static rill_err_t cpu_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
+                                float *out, const float *q, int32_t n_head) {
+    const int n_threads = rill_pool_threads(cpu(b)->pool);
+    attn_job_t j = { .b = b, .kv = kv, .pool = pool, .out = out, .q = q, .n_head = n_head };
+    j.group = n_head / kv->n_kv_heads;
+    j.q_per_task = j.group < RILL__ATTN_MAX_Q ? j.group : RILL__ATTN_MAX_Q;
+    for (;;) {
+        j.n_sub = (j.group + j.q_per_task - 1) / j.q_per_task;
+        const int64_t n_tasks = (int64_t)b->n_tok * kv->n_kv_heads * j.n_sub;
+        if (n_threads == 1 || n_tasks >= 4 * n_threads || j.q_per_task == 1) {
+            break;
+        }
+        j.q_per_task = (j.q_per_task + 1) / 2;
+    }
+    const int64_t n_tasks = (int64_t)b->n_tok * kv->n_kv_heads * j.n_sub;
+    rill_pool_for(cpu(b)->pool, n_tasks, 1, attn_tasks, &j);
+    return RILL_OK;
+}
+
+static rill_err_t cpu_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                                    const int32_t *pages, int32_t n_pages, int32_t delta,
+                                    const rill_rope_t *rope) {
+    float cs[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM];
+    rill__rope_cos_sin(rope, delta, cs);
+    for (int32_t i = 0; i < n_pages; i++) {
+        for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+            for (int32_t row = 0; row < kv->page_size; row++) {
+                uint8_t *p = rill__kv_ptr(kv, pool, pages[i], h, row, 0);
+                (void)rill_dequantize_row(kv->dtype, p, kr, kv->head_dim);
+                rill__rope_apply(kr, rope, cs);
+                store_row(cpu(b)->k, kv, p, kr);
+            }
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t cpu_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                             int32_t *out) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n_cols;
+        int64_t best = 0;
+        float bv = -INFINITY;
+        for (int64_t i = 0; i < n_cols; i++) {
+            if (xr[i] > bv) {
+                bv = xr[i];
+                best = i;
+            }
+        }
+        out[r] = (int32_t)best;
+    }
+    return RILL_OK;
+}
+
+static const rill_backend_ops_t cpu_ops = {
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .copy_in = cpu_copy,
+    .copy_out = cpu_copy,
+    .copy = cpu_copy,
+    .zero = cpu_zero,
+    .weight_prepare = cpu_weight_prepare,
+    .weight_release = cpu_weight_release,
+    .get_rows = cpu_get_rows,
+    .rms_norm = cpu_rms_norm,
+    .matmul = cpu_matmul,
+    .add_bias = cpu_add_bias,
+    .add = cpu_add,
+    .swiglu = cpu_swiglu,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .kv_rope_shift = cpu_kv_rope_shift,
+    .argmax = cpu_argmax,
+};
+
+/* The kernel table for the requested SIMD level (AUTO consults RILL_SIMD), or NULL when AVX2 is
+ * demanded on a CPU without it. */
+static const rill__cpu_kernels_t *pick_kernels(rill_simd_t simd) {
+    if (simd == RILL_SIMD_AUTO) {
+        const char *env = getenv("RILL_SIMD");
+        if (env != NULL && strcmp(env, "scalar") == 0) {
+            simd = RILL_SIMD_SCALAR;
+        } else if (env != NULL && strcmp(env, "avx2") == 0) {
+            simd = RILL_SIMD_AVX2;
+        }
+    }
+    if (simd == RILL_SIMD_SCALAR) {
+        return rill__cpu_kernels_scalar();
+    }
+    const rill__cpu_kernels_t *k = rill__cpu_kernels_avx2();
+    if (k == NULL && simd == RILL_SIMD_AUTO) {
+        k = rill__cpu_kernels_scalar();
+    }
+    return k;
+}
+
+rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
+    const rill__cpu_kernels_t *k = pick_kernels(p->simd);
+    if (k == NULL) {
+        return RILL_EUNSUPPORTED;
+    }
+    cpu_backend_t *c = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *c);
+    if (c == NULL) {
+        return RILL_ENOMEM;
+    }
+    c->base.ops = &cpu_ops;
+    c->k = k;
+    c->base.name = k == rill__cpu_kernels_scalar() ? "cpu-scalar" : "cpu-avx2";
+    rill_err_t err = rill__backend_init_common(&c->base, p);
+    if (err != RILL_OK) {
+        rill_free(c);
+        return err;
+    }
+    c->base.params.simd = k == rill__cpu_kernels_scalar() ? RILL_SIMD_SCALAR : RILL_SIMD_AVX2;
+    /* every table's act row fits in max_n_in floats plus its side data and alignment: the
+     * largest (Q8_1 blocks + 2 floats per block) is 1.4 bytes per value + 96 */
+    const size_t row = ((size_t)p->max_n_in * sizeof(float) + 96u + 63u) & ~(size_t)63u;
+    c->act = rill_malloc_aligned(RILL_MEM_KERNELS, (size_t)p->max_batch * row, 64);
+    if (c->act == NULL) {
+        err = RILL_ENOMEM;
+        goto cleanup;
+    }
+    err = rill_pool_new(p->n_threads, &c->pool);
+    if (err != RILL_OK) {
+        goto cleanup;
+    }
+    c->base.params.n_threads = rill_pool_threads(c->pool);
+    *out = &c->base;
+    return RILL_OK;
+cleanup:
+    rill_free(c->act);
+    rill__backend_deinit_common(&c->base);
+    rill_free(c);
+    return err;
+}

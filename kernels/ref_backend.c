@@ -1,0 +1,328 @@
+/*
+ * ref_backend.c - the reference backend: the oracle every other backend is tested against.
+ *
+ * Rules of this file: one thread, the most direct loops, double accumulation wherever a sum is
+ * formed (dot products, RMSNorm, softmax, the attention's weighted sum), and no cleverness that
+ * would need its own test. It quantizes activations exactly as the fast backend and llama.cpp do
+ * (rill__act_quantize_ref) because that rounding is part of the result llama.cpp defines, not an
+ * implementation detail. Attention is two-pass (max, then sum and weighted V) recomputing q.k in
+ * the second pass rather than keeping an n_kv-long buffer, so it needs no scratch at all.
+ *
+ * Scratch: one act row of max_n_in floats (the largest act row of any type fits in it).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "backend_internal.h"
+#include "quant_internal.h"
+#include "rill_alloc.h"
+
+typedef struct ref_backend {
+    struct rill_backend base; /* first member */
+    void *act;                /* one act row */
+} ref_backend_t;
+
+static void ref_destroy(rill_backend_t *b) {
+    ref_backend_t *r = (ref_backend_t *)b;
+    rill_free(r->act);
+    rill__backend_deinit_common(b);
+    rill_free(r);
+}
+
+static rill_err_t ref_alloc(rill_backend_t *b, size_t bytes, void **out) {
+    (void)b;
+    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
+    return *out != NULL ? RILL_OK : RILL_ENOMEM;
+}
+
+static void ref_free(rill_backend_t *b, void *p) {
+    (void)b;
+    rill_free(p);
+}
+
+static rill_err_t ref_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    memmove(dst, src, bytes);
+    return RILL_OK;
+}
+
+static rill_err_t ref_zero(rill_backend_t *b, void *dst, size_t bytes) {
+    (void)b;
+    memset(dst, 0, bytes);
+    return RILL_OK;
+}
+
+static rill_err_t ref_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
+    (void)b;
+    w->data = host;
+    return RILL_OK;
+}
+
+static void ref_weight_release(rill_backend_t *b, rill_weight_t *w) {
+    (void)b;
+    (void)w;
+}
+
+static rill_err_t ref_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
+                               const int32_t *ids, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes;
+        (void)rill_dequantize_row(w->dtype, row, y + i * w->ne0, w->ne0);
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_rms_norm(rill_backend_t *b, float *y, const float *x, const float *w,
+                               int64_t n_rows, int64_t n, float eps) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n;
+        float *yr = y + r * n;
+        double sum = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            sum += (double)xr[i] * xr[i];
+        }
+        const float mean = (float)(sum / (double)n);
+        const float scale = 1.0f / sqrtf(mean + eps);
+        for (int64_t i = 0; i < n; i++) {
+            yr[i] = xr[i] * scale;
+            if (w != NULL) {
+                yr[i] *= w[i];
+            }
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_matmul(rill_backend_t *b, float *y, const float *x, const rill_weight_t *w,
+                             int64_t n_tok) {
+    ref_backend_t *r = (ref_backend_t *)b;
+    const int64_t n_in = w->ne0, n_out = w->ne1;
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *xt = x + t * n_in;
+        const void *act = xt;
+        if (w->dtype != RILL_DTYPE_F32) {
+            rill__act_quantize_ref(w->dtype, xt, r->act, n_in);
+            act = r->act;
+        }
+        for (int64_t o = 0; o < n_out; o++) {
+            const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
+            y[t * n_out + o] = (float)rill__dot_ref(w->dtype, row, act, n_in);
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_add_bias(rill_backend_t *b, float *x, const float *bias, int64_t n_rows,
+                               int64_t n) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        for (int64_t i = 0; i < n; i++) {
+            x[r * n + i] += bias[i];
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_add(rill_backend_t *b, float *y, const float *a, const float *c, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = a[i] + c[i];
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_swiglu(rill_backend_t *b, float *y, const float *g, const float *u,
+                             int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t head_dim,
+                           const rill_rope_t *rope) {
+    float cs[RILL_KV_MAX_HEAD_DIM];
+    for (int32_t t = 0; t < b->n_tok; t++) {
+        rill__rope_cos_sin(rope, b->tok[t].pos, cs);
+        for (int32_t h = 0; h < n_heads; h++) {
+            rill__rope_apply(x + ((size_t)t * n_heads + h) * head_dim, rope, cs);
+        }
+    }
+    return RILL_OK;
+}
+
+/* f32 <-> pool element (F16 or F32) */
+static void to_pool(const rill_kv_layout_t *kv, uint8_t *dst, const float *src) {
+    if (kv->dtype == RILL_DTYPE_F16) {
+        uint16_t *h = (uint16_t *)dst;
+        for (int32_t d = 0; d < kv->head_dim; d++) {
+            h[d] = rill_f32_to_fp16(src[d]);
+        }
+    } else {
+        memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
+    }
+}
+
+static void from_pool(const rill_kv_layout_t *kv, const uint8_t *src, float *dst) {
+    (void)rill_dequantize_row(kv->dtype, src, dst, kv->head_dim);
+}
+
+/* Page and row of slot `slot` of token t's sequence. */
+static void locate(const rill_backend_t *b, const rill_kv_layout_t *kv, int32_t t, int32_t slot,
+                   int32_t *page, int32_t *row) {
+    *page = b->seq[b->tok[t].seq].pages[slot / kv->page_size];
+    *row = slot % kv->page_size;
+}
+
+static rill_err_t ref_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                               const float *k, const float *v) {
+    const int32_t hkv = kv->n_kv_heads, D = kv->head_dim;
+    for (int32_t t = 0; t < b->n_tok; t++) {
+        int32_t page, row;
+        locate(b, kv, t, b->tok[t].slot, &page, &row);
+        for (int32_t h = 0; h < hkv; h++) {
+            const size_t off = ((size_t)t * hkv + h) * D;
+            to_pool(kv, rill__kv_ptr(kv, pool, page, h, row, 0), k + off);
+            to_pool(kv, rill__kv_ptr(kv, pool, page, h, row, 1), v + off);
+        }
+    }
+    return RILL_OK;
+}
+
+static double dot_d(const float *a, const float *c, int32_t n) {
+    double s = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        s += (double)a[i] * c[i];
+    }
+    return s;
+}
+
+static rill_err_t ref_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
+                                float *out, const float *q, int32_t n_head) {
+    const int32_t D = kv->head_dim, G = n_head / kv->n_kv_heads;
+    const double scale = 1.0 / sqrt((double)D);
+    float qh[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
+    double acc[RILL_KV_MAX_HEAD_DIM];
+    for (int32_t t = 0; t < b->n_tok; t++) {
+        const int32_t n_kv = b->tok[t].n_kv;
+        for (int32_t h = 0; h < n_head; h++) {
+            const int32_t g = h / G;
+            const float *qs = q + ((size_t)t * n_head + h) * D;
+            for (int32_t d = 0; d < D; d++) { /* q meets K in K's precision, as in llama.cpp */
+                qh[d] =
+                    kv->dtype == RILL_DTYPE_F16 ? rill_fp16_to_f32(rill_f32_to_fp16(qs[d])) : qs[d];
+            }
+            double max = -INFINITY;
+            for (int32_t s = 0; s < n_kv; s++) {
+                int32_t page, row;
+                locate(b, kv, t, s, &page, &row);
+                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 0), kr);
+                const double sc = dot_d(qh, kr, D) * scale;
+                max = sc > max ? sc : max;
+            }
+            double sum = 0.0;
+            memset(acc, 0, sizeof acc);
+            for (int32_t s = 0; s < n_kv; s++) {
+                int32_t page, row;
+                locate(b, kv, t, s, &page, &row);
+                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 0), kr);
+                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 1), vr);
+                const double p = exp(dot_d(qh, kr, D) * scale - max);
+                sum += p;
+                for (int32_t d = 0; d < D; d++) {
+                    acc[d] += p * vr[d];
+                }
+            }
+            float *o = out + ((size_t)t * n_head + h) * D;
+            for (int32_t d = 0; d < D; d++) {
+                o[d] = (float)(acc[d] / sum);
+            }
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                                    const int32_t *pages, int32_t n_pages, int32_t delta,
+                                    const rill_rope_t *rope) {
+    (void)b;
+    float cs[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM];
+    rill__rope_cos_sin(rope, delta, cs);
+    for (int32_t i = 0; i < n_pages; i++) {
+        for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+            for (int32_t row = 0; row < kv->page_size; row++) {
+                uint8_t *p = rill__kv_ptr(kv, pool, pages[i], h, row, 0);
+                from_pool(kv, p, kr);
+                rill__rope_apply(kr, rope, cs);
+                to_pool(kv, p, kr);
+            }
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                             int32_t *out) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n_cols;
+        int64_t best = 0;
+        float bv = -INFINITY;
+        for (int64_t i = 0; i < n_cols; i++) {
+            if (xr[i] > bv) {
+                bv = xr[i];
+                best = i;
+            }
+        }
+        out[r] = (int32_t)best;
+    }
+    return RILL_OK;
+}
+
+static const rill_backend_ops_t ref_ops = {
+    .destroy = ref_destroy,
+    .alloc = ref_alloc,
+    .free = ref_free,
+    .copy_in = ref_copy,
+    .copy_out = ref_copy,
+    .copy = ref_copy,
+    .zero = ref_zero,
+    .weight_prepare = ref_weight_prepare,
+    .weight_release = ref_weight_release,
+    .get_rows = ref_get_rows,
+    .rms_norm = ref_rms_norm,
+    .matmul = ref_matmul,
+    .add_bias = ref_add_bias,
+    .add = ref_add,
+    .swiglu = ref_swiglu,
+    .rope = ref_rope,
+    .kv_store = ref_kv_store,
+    .attention = ref_attention,
+    .kv_rope_shift = ref_kv_rope_shift,
+    .argmax = ref_argmax,
+};
+
+rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
+    ref_backend_t *r = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *r);
+    if (r == NULL) {
+        return RILL_ENOMEM;
+    }
+    r->base.ops = &ref_ops;
+    r->base.name = "ref";
+    rill_err_t err = rill__backend_init_common(&r->base, p);
+    if (err != RILL_OK) {
+        rill_free(r);
+        return err;
+    }
+    r->act = rill_malloc_aligned(RILL_MEM_KERNELS, (size_t)p->max_n_in * sizeof(float), 64);
+    if (r->act == NULL) {
+        rill__backend_deinit_common(&r->base);
+        rill_free(r);
+        return RILL_ENOMEM;
+    }
+    *out = &r->base;
+    return RILL_OK;
+}

@@ -1,0 +1,337 @@
+/*
+ * rill_backend.h - the compute backend: the ops a llama/qwen2 forward pass needs, written once
+ * against this interface and run by any backend.
+ *
+ * Backends
+ *   RILL_BACKEND_REF  plain C, one thread, simple loops: the oracle that defines "correct".
+ *   RILL_BACKEND_CPU  the fast CPU backend: AVX2/FMA/F16C kernels chosen at run time (scalar
+ *                     fallback, also selectable to test it), threaded over a rill_pool_t.
+ *   (RILL_BACKEND_CUDA is reserved for kernels/cuda/; rill_backend_new() answers
+ *   RILL_EUNSUPPORTED for it until it exists.)
+ *
+ * Memory model (what lets a GPU backend follow without touching the forward pass)
+ *   - Activations, scratch tensors and KV pools are allocated by the backend
+ *     (rill_backend_alloc) and live in the backend's memory space: host memory for the CPU
+ *     backends, device memory later. The caller may compute addresses inside an allocation
+ *     ((char *)p + offset) but never dereferences them; data crosses with rill_backend_copy_in /
+ *     rill_backend_copy_out (host <-> backend) and rill_backend_copy (backend <-> backend).
+ *     Every float * / void * argument of an op below is such a backend pointer unless it is
+ *     marked "host".
+ *   - Weights are prepared once with rill_weight_new() from host memory (typically a tensor in
+ *     the mmapped GGUF file). The CPU backends keep a pointer to it (zero copy, no repacking:
+ *     the mapping must outlive the weight); a GPU backend uploads it.
+ *   - Per-step metadata (positions, KV slots, page tables) goes in with rill_backend_set_batch(),
+ *     once per forward pass, from host memory.
+ *
+ * Tensor shapes (row-major, the last index contiguous), letters used throughout:
+ *   T tokens in the batch, E = n_in (matmul input width), O = n_out, H heads of the query,
+ *   Hkv KV heads, D head_dim, P positions per KV page.
+ *   activations x: (T, E) f32; matmul output y: (T, O) f32; q: (T, H, D); k, v: (T, Hkv, D).
+ *
+ * The batch: T tokens that may belong to different sequences at different positions
+ *   rill_batch_t.tok[t] = { seq, pos, slot, n_kv }: token t belongs to sequence `seq` (an index
+ *   into rill_batch_t.seq, each entry a page table); `pos` is its position for RoPE; its K and V
+ *   are stored at KV slot `slot` of its sequence; it attends to slots [0, n_kv) of its sequence
+ *   (causal: n_kv = slot + 1, counting earlier tokens of the same batch that kv_store wrote).
+ *   Slot s of a sequence lives in page pages[s / P], row s % P. A contiguous cache is the identity
+ *   page table (pages[i] = i). pos and slot are separate so that a session may re-base positions
+ *   (sliding window) without moving its pages.
+ *
+ * Paged KV pool (one per layer; the same page table serves every layer when the pools are
+ * allocated alike): n_pages pages of rill_kv_page_bytes() bytes each. Page layout:
+ *   K: (Hkv, P, D) then V: (Hkv, P, D), elements of kv->dtype (F16, llama.cpp's default cache
+ *   type, or F32). K is stored after RoPE.
+ *
+ * Numerics (what "matches llama.cpp" means here)
+ *   - matmul quantizes each input row once to the weight type's vec_dot type (rill_quant.h)
+ *     exactly as llama.cpp's CPU backend does, then forms each dot product with llama.cpp's
+ *     per-block formula. The fast backend's AVX2 kernels also reproduce llama.cpp's accumulation
+ *     order, so their results are bit-identical to llama.cpp's AVX2 build (checked against the
+ *     installed llama-cpp-python): Q4_1 and Q8_0 always; Q4_0 as its repacked q4_0_8x8 path
+ *     when the row count is a multiple of 8 (what llama.cpp uses then) and as vec_dot
+ *     otherwise; Q5_K, Q6_K (and Q4_K with rows % 8 != 0) for batches below 8 tokens. Float-
+ *     rounding agreement only (~1e-7 relative): K-quant batches of 8+ tokens (llama.cpp's tiled
+ *     kernel), Q4_K with rows % 8 == 0 (llama.cpp repacks it), F16/BF16/F32 (tinyBLAS). The
+ *     reference backend sums in double. See docs/quantization.md.
+ *   - RMSNorm sums squares in double (as ggml), scale = 1/sqrtf(mean + eps).
+ *   - RoPE angles are computed as ggml does (theta_i = pos * base^(-2i/n_rot), built by repeated
+ *     f32 multiplication), mode NORM rotates adjacent pairs (x[2i], x[2i+1]) and is what
+ *     llama.cpp uses for LLM_ARCH_LLAMA; mode NEOX rotates (x[i], x[i + n_rot/2]) and is what it
+ *     uses for LLM_ARCH_QWEN2.
+ *   - attention: scale 1/sqrt(D); with an F16 pool q is rounded to f16 before q.k (llama.cpp
+ *     converts Q to the K cache's type); softmax and the weighted sum of V in f32 (reference:
+ *     double), online (flash-style) in the fast backend: no T x n_kv buffer, no allocation.
+ *     (llama.cpp's CPU flash attention keeps its V accumulator in f16; rill keeps f32, so
+ *     attention agrees with it to f16 rounding, not bit for bit.)
+ *
+ * A forward pass, once per step (T tokens, E = n_embd, F = n_ff, L layers):
+ *     set_batch(batch)                              positions, slots, page tables
+ *     get_rows(x, tok_embd, ids, T)                 x: (T, E)
+ *     per layer l:
+ *       rms_norm(h, x, attn_norm, T, E, eps)
+ *       matmul(q, h, wq, T); matmul(k, h, wk, T); matmul(v, h, wv, T)
+ *       [qwen2: add_bias(q, bq, T); add_bias(k, bk, T); add_bias(v, bv, T)]
+ *       rope(q, H, D, &rope); rope(k, Hkv, D, &rope)
+ *       kv_store(&kv, pool[l], k, v)
+ *       attention(&kv, pool[l], a, q, H)            a: (T, H * D)
+ *       matmul(o, a, wo, T); add(x, x, o, T * E)
+ *       rms_norm(h, x, ffn_norm, T, E, eps)
+ *       matmul(g, h, wgate, T); matmul(u, h, wup, T); swiglu(g, g, u, T * F)
+ *       matmul(o, g, wdown, T); add(x, x, o, T * E)
+ *     copy the rows that need logits together (copy), rms_norm them with output_norm,
+ *     matmul(logits, ..., output or tok_embd when tied, n), then argmax or copy_out.
+ *   Buffers are backend allocations sized once for max_batch tokens; max_n_in must be >= F (the
+ *   input width of ffn_down).
+ *
+ * Thread safety: a backend and everything allocated from it are used by one thread at a time
+ * (the engine thread that owns it); the CPU backend's ops use its worker threads internally and
+ * return when done (they block). Weights are immutable after rill_weight_new() and may be read
+ * by any op of their backend.
+ */
+#ifndef RILL_BACKEND_H
+#define RILL_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_dtype.h"
+#include "rill_err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_backend rill_backend_t;
+typedef struct rill_weight rill_weight_t;
+
+typedef enum rill_backend_kind {
+    RILL_BACKEND_REF = 0,
+    RILL_BACKEND_CPU = 1,
+    RILL_BACKEND_CUDA = 2 /* reserved */
+} rill_backend_kind_t;
+
+/* Kernel family of the CPU backend. */
+typedef enum rill_simd {
+    RILL_SIMD_AUTO = 0,   /* best the CPU supports; the environment variable RILL_SIMD=scalar
+                             or RILL_SIMD=avx2 overrides AUTO (for tests and benchmarks) */
+    RILL_SIMD_SCALAR = 1, /* portable C */
+    RILL_SIMD_AVX2 = 2    /* AVX2 + FMA + F16C; creation fails with RILL_EUNSUPPORTED without */
+} rill_simd_t;
+
+typedef struct rill_backend_params {
+    rill_backend_kind_t kind; /* default RILL_BACKEND_CPU */
+    int n_threads;            /* CPU: threads in all, caller included; 0 = one per online CPU
+                                 (default). REF always uses one. */
+    rill_simd_t simd;         /* CPU: default RILL_SIMD_AUTO */
+    int32_t max_batch;        /* most tokens in a batch / rows of one matmul call; default 512 */
+    int64_t max_n_in;         /* widest matmul input row E; default 8192 */
+} rill_backend_params_t;
+
+/* Scratch the CPU backend reserves at creation: max_batch * max_n_in * 4 bytes for the
+ * quantized activations (16 MiB with the defaults), plus the batch metadata (32 bytes per
+ * token). REF reserves max_n_in * 4 bytes. Nothing is allocated per op or per token. */
+
+/* Defaults as documented above. */
+rill_backend_params_t rill_backend_default_params(void);
+
+/* Creates a backend. params NULL means the defaults. Errors: RILL_EINVAL (a field out of range:
+ * n_threads < 0 or > 512, max_batch < 1, max_n_in < 1 or max_batch * max_n_in * 4 > 2^40),
+ * RILL_EUNSUPPORTED (CUDA, or AVX2 forced on a CPU without it), RILL_ENOMEM, RILL_EINTERNAL
+ * (a worker thread could not start). On error nothing is left allocated.
+ * Caller owns *out; destroy with rill_backend_destroy(). */
+rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t **out);
+
+/* Frees the backend and sets *bp = NULL. NULL-safe. Allocations and weights of the backend must
+ * have been freed first (the CPU backends do not track them). */
+void rill_backend_destroy(rill_backend_t **bp);
+
+/* "ref", "cpu-avx2" or "cpu-scalar". Static string. */
+const char *rill_backend_name(const rill_backend_t *b);
+
+/* Threads the backend computes with (1 for REF). */
+int rill_backend_n_threads(const rill_backend_t *b);
+
+/* The limits it was created with. */
+int32_t rill_backend_max_batch(const rill_backend_t *b);
+int64_t rill_backend_max_n_in(const rill_backend_t *b);
+
+/* Detail of the last error returned by an op on b ("" after success is not guaranteed: read it
+ * only right after an error). Borrowed; valid until the next call on b. */
+const char *rill_backend_last_error(const rill_backend_t *b);
+
+/* ---- memory ------------------------------------------------------------------------------- */
+
+/* Allocates `bytes` (> 0) of backend memory, 64-byte aligned, contents undefined.
+ * Errors: RILL_EINVAL, RILL_ENOMEM. Caller owns *out; release with rill_backend_free(). */
+rill_err_t rill_backend_alloc(rill_backend_t *b, size_t bytes, void **out);
+
+/* Releases memory from rill_backend_alloc(). NULL is a no-op. */
+void rill_backend_free(rill_backend_t *b, void *p);
+
+/* Host -> backend, backend -> host, backend -> backend copies of `bytes` bytes (regions must not
+ * overlap, except dst == src for copy). Blocking: when they return the data is in place. */
+rill_err_t rill_backend_copy_in(rill_backend_t *b, void *dst, const void *src_host, size_t bytes);
+rill_err_t rill_backend_copy_out(rill_backend_t *b, void *dst_host, const void *src, size_t bytes);
+rill_err_t rill_backend_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes);
+
+/* Sets `bytes` bytes of backend memory to zero. */
+rill_err_t rill_backend_zero(rill_backend_t *b, void *dst, size_t bytes);
+
+/* Waits until all queued work is done (the CPU backends run every op synchronously: no-op). */
+rill_err_t rill_backend_sync(rill_backend_t *b);
+
+/* ---- weights ------------------------------------------------------------------------------ */
+
+/* Prepares a weight for b (llama.cpp's "prepare"/upload step): a matrix of ne1 rows of ne0
+ * values of type dtype, rows contiguous (GGUF's ne0 = row length), starting at host_ptr.
+ * Vectors (norm weights, biases) have ne1 = 1. CPU backends keep host_ptr (zero copy; the memory
+ * must stay valid and unchanged until rill_weight_destroy()); no bytes are copied.
+ * Errors: RILL_EINVAL (NULL pointer, dtype not valid or an activation-only type, ne0 < 1 or not a
+ * whole number of blocks, ne1 < 1, size overflow), RILL_ENOMEM.
+ * Caller owns *out; destroy with rill_weight_destroy() before destroying b. */
+rill_err_t rill_weight_new(rill_backend_t *b, rill_dtype_t dtype, const void *host_ptr, int64_t ne0,
+                           int64_t ne1, rill_weight_t **out);
+
+/* Releases a weight and sets *wp = NULL. NULL-safe. */
+void rill_weight_destroy(rill_weight_t **wp);
+
+/* Marks w as the model's token embedding. llama.cpp never repacks the embedding (it is read by
+ * get_rows), so when a model ties its output projection to it, llama.cpp multiplies with the
+ * plain (vec_dot/tinyBLAS) kernels even where it would repack another weight of that type
+ * (Q4_0 with a multiple of 8 rows). After this call the fast backend follows suit for w, so the
+ * tied logits keep llama.cpp's bits. Call it once after rill_weight_new(), before w is used.
+ * Errors: RILL_EINVAL (w NULL). */
+rill_err_t rill_weight_mark_embedding(rill_weight_t *w);
+
+/* Type and shape of a weight (w must not be NULL). */
+rill_dtype_t rill_weight_dtype(const rill_weight_t *w);
+int64_t rill_weight_ne0(const rill_weight_t *w);
+int64_t rill_weight_ne1(const rill_weight_t *w);
+
+/* ---- batch -------------------------------------------------------------------------------- */
+
+typedef struct rill_page_table {
+    const int32_t *pages; /* host: pages[i] = pool page holding slots [i*P, i*P + P) */
+    int32_t n_pages;      /* entries in pages (>= 0) */
+} rill_page_table_t;
+
+typedef struct rill_batch_token {
+    int32_t seq;  /* index into rill_batch_t.seq */
+    int32_t pos;  /* RoPE position (>= 0) */
+    int32_t slot; /* KV slot its k/v are stored at (>= 0) */
+    int32_t n_kv; /* it attends to slots [0, n_kv) of its sequence (>= 1) */
+} rill_batch_token_t;
+
+typedef struct rill_batch {
+    int32_t n_tok;                 /* T, 1..max_batch */
+    const rill_batch_token_t *tok; /* host: [n_tok] */
+    int32_t n_seq;                 /* 1..max_batch */
+    const rill_page_table_t *seq;  /* host: [n_seq] */
+} rill_batch_t;
+
+/* Installs the batch that rope, kv_store, kv-dependent checks and attention use until the next
+ * call. The token and sequence arrays are copied; the page tables they point to are borrowed and
+ * must stay valid and unchanged until the next rill_backend_set_batch() (or until the last op of
+ * the step has returned). Page indices and slots are checked against a pool's layout by the ops
+ * that use a pool. Errors: RILL_EINVAL (NULL, a field out of range), RILL_ERANGE (n_tok or n_seq
+ * > max_batch). On error the previous batch stays installed. */
+rill_err_t rill_backend_set_batch(rill_backend_t *b, const rill_batch_t *batch);
+
+/* ---- ops ---------------------------------------------------------------------------------- */
+
+/* Embedding lookup: y[i, :] = row ids[i] of w decoded to f32, for i < n. y: (n, w.ne0).
+ * ids is a host array of n token ids. Any weight dtype. Errors: RILL_EINVAL (NULL, n < 1,
+ * an id outside [0, w.ne1)). */
+rill_err_t rill_backend_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
+                                 const int32_t *ids, int64_t n);
+
+/* RMSNorm of n_rows rows of length n: y = x / sqrt(mean(x^2) + eps) [* w]. w is an F32 vector of
+ * n values (ne1 = 1), or NULL for no weight. y may equal x. Errors: RILL_EINVAL. */
+rill_err_t rill_backend_rms_norm(rill_backend_t *b, float *y, const float *x,
+                                 const rill_weight_t *w, int64_t n_rows, int64_t n, float eps);
+
+/* y (T, O) = x (T, E) . W^T, W of (O rows, E values) of any weight dtype: E = w.ne0,
+ * O = w.ne1, T = n_tok. y must not overlap x. Errors: RILL_EINVAL (NULL, n_tok < 1),
+ * RILL_ERANGE (n_tok > max_batch or E > max_n_in). */
+rill_err_t rill_backend_matmul(rill_backend_t *b, float *y, const float *x, const rill_weight_t *w,
+                               int64_t n_tok);
+
+/* x (n_rows, n) += bias (n) for every row; bias is an F32 vector (ne1 = 1), n = bias.ne0. */
+rill_err_t rill_backend_add_bias(rill_backend_t *b, float *x, const rill_weight_t *bias,
+                                 int64_t n_rows);
+
+/* y[i] = a[i] + c[i] for i < n (residual add). y may equal a or c. */
+rill_err_t rill_backend_add(rill_backend_t *b, float *y, const float *a, const float *c, int64_t n);
+
+/* y[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n. y may equal gate or up. */
+rill_err_t rill_backend_swiglu(rill_backend_t *b, float *y, const float *gate, const float *up,
+                               int64_t n);
+
+typedef enum rill_rope_mode {
+    RILL_ROPE_NORM = 0, /* adjacent pairs (x[2i], x[2i+1]): llama.cpp for LLM_ARCH_LLAMA */
+    RILL_ROPE_NEOX = 2  /* halves (x[i], x[i + n_rot/2]): llama.cpp for LLM_ARCH_QWEN2 */
+} rill_rope_mode_t;     /* values are ggml's / llama.cpp's rope types */
+
+typedef struct rill_rope {
+    rill_rope_mode_t mode;
+    int32_t n_rot;    /* rotary dims (even, 2..D); dims [n_rot, D) pass through unchanged */
+    float freq_base;  /* theta base, e.g. 10000 (Llama 2), 1e5 (SmolLM2), 1e6 (Qwen2) */
+    float freq_scale; /* linear position scaling; 1 for none */
+} rill_rope_t;
+
+/* Rotates x (T, n_heads, head_dim) in place, token t by the installed batch's tok[t].pos (T =
+ * batch n_tok). Errors: RILL_EINVAL (no batch, NULL, n_rot odd / > head_dim / < 2, head_dim odd,
+ * freq_base <= 0). */
+rill_err_t rill_backend_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t head_dim,
+                             const rill_rope_t *rope);
+
+typedef struct rill_kv_layout {
+    rill_dtype_t dtype; /* RILL_DTYPE_F16 or RILL_DTYPE_F32 */
+    int32_t page_size;  /* P >= 1, default 16 */
+    int32_t n_kv_heads; /* Hkv >= 1 */
+    int32_t head_dim;   /* D, 1..RILL_KV_MAX_HEAD_DIM */
+    int32_t n_pages;    /* pages in the pool (>= 1) */
+} rill_kv_layout_t;
+
+#define RILL_KV_MAX_HEAD_DIM 256
+#define RILL_KV_PAGE_SIZE    16 /* the default P */
+
+/* Bytes of one page (K and V), or -1 for an invalid layout. */
+int64_t rill_kv_page_bytes(const rill_kv_layout_t *kv);
+
+/* Bytes of the whole pool (n_pages pages), or -1 for an invalid layout. */
+int64_t rill_kv_pool_bytes(const rill_kv_layout_t *kv);
+
+/* Stores k (T, Hkv, D) and v (T, Hkv, D) of every batch token at its slot in `pool` (a backend
+ * allocation of rill_kv_pool_bytes() bytes), converting to kv->dtype. Two tokens of the batch
+ * must not name the same (sequence page, slot). Errors: RILL_EINVAL (no batch, invalid layout,
+ * a slot beyond its page table, a page index outside [0, kv->n_pages)). */
+rill_err_t rill_backend_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                                 const float *k, const float *v);
+
+/* Grouped-query attention of the batch over the paged pool:
+ *   out[t, h, :] = sum_{s < n_kv(t)} softmax_s(q[t,h,:] . K[s, h / G, :] / sqrt(D)) V[s, h / G, :]
+ * with q (T, n_head, D), out (T, n_head * D), G = n_head / Hkv (n_head a multiple of Hkv), K/V of
+ * token t's sequence. out must not overlap q. Errors: RILL_EINVAL (no batch, invalid layout,
+ * n_head not a multiple of Hkv, n_kv beyond the page table, a page index out of range). */
+rill_err_t rill_backend_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
+                                  float *out, const float *q, int32_t n_head);
+
+/* Re-rotates the K rows of the listed pages (all P slots, every KV head) by `delta` positions
+ * (RoPE rotations compose, so keys stored at position p end up as if stored at p + delta): the
+ * re-basing step of a sliding window. pages is a host array of n_pages page indices. V is left
+ * alone. Errors: RILL_EINVAL. */
+rill_err_t rill_backend_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
+                                      const int32_t *pages, int32_t n_pages, int32_t delta,
+                                      const rill_rope_t *rope);
+
+/* out_host[r] = index of the largest value of row r of x (n_rows, n_cols) (the first one on
+ * ties, NaN never wins), for r < n_rows. out_host is a host array. Errors: RILL_EINVAL. */
+rill_err_t rill_backend_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                               int32_t *out_host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_BACKEND_H */
