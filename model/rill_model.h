@@ -1,0 +1,166 @@
+/*
+ * rill_model.h - a loaded transformer model: hyper-parameters and bound weights.
+ *
+ * rill_model_load() opens a GGUF file (rill_gguf.h), reads the hyper-parameters of the supported
+ * architectures (`llama`: Llama 2/3, SmolLM, TinyLlama; `qwen2`: Qwen2/2.5) and binds every
+ * weight tensor by name, checking its type and shape. The result is what the forward pass reads:
+ * rill_hparams_t and rill_model_weights_t below. Weights are not copied: each rill_model_tensor_t
+ * points into the read-only mapping of the file.
+ *
+ * Architecture facts the loader decides (verified against llama.cpp's llama_model_rope_type()
+ * and its tensor tables):
+ *   - RoPE: `llama` rotates adjacent pairs (x[2i], x[2i+1]) (RILL_ROPE_NORM); `qwen2` rotates
+ *     halves (x[i], x[i + n_rot/2]) (RILL_ROPE_NEOX, GPT-NeoX style).
+ *   - `qwen2` has q/k/v projection biases (required); in `llama` they are optional.
+ *   - output.weight is optional: when absent the output projection is tied to token_embd.
+ *   - rope_freqs.weight (Llama 3.1+ long-context frequency factors) is optional; when present the
+ *     forward pass must divide each rotation frequency theta_i by rope_freqs[i].
+ *
+ * Tensors the architecture does not use are an error by default (RILL_EUNSUPPORTED, naming the
+ * tensor): a tensor we do not know about almost always changes the computation (extra norms, a
+ * scaling table, experts), and silently ignoring it gives plausible-looking wrong output, the
+ * hardest kind of bug to find. params.allow_unused_tensors turns the error into one warning per
+ * tensor through the log callback.
+ *
+ * Weight types: 2-D matrices (token_embd, output, attention and FFN projections) may be F32, F16,
+ * BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K; norms, biases and rope_freqs must be F32.
+ *
+ * Thread safety: a rill_model_t is immutable after load and may be shared by any number of
+ * threads. It is reference-counted (STYLE.md rule 9): rill_model_retain() adds a reference,
+ * rill_model_destroy() drops one, and the last one frees the model and unmaps the file.
+ */
+#ifndef RILL_MODEL_H
+#define RILL_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_backend.h" /* rill_rope_mode_t: RILL_ROPE_NORM, RILL_ROPE_NEOX */
+#include "rill_dtype.h"
+#include "rill_err.h"
+#include "rill_gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_model rill_model_t;
+
+typedef enum rill_arch {
+    RILL_ARCH_LLAMA = 0, /* "llama" */
+    RILL_ARCH_QWEN2 = 1  /* "qwen2" */
+} rill_arch_t;
+
+/* Hyper-parameters. Letters used in shapes below: E = n_embd, H = n_head, K = n_head_kv,
+ * D = head_dim, F = n_ff, V = n_vocab. Invariants checked at load: all sizes >= 1, D * H == E,
+ * H % K == 0, n_rot == D (even), rms_eps > 0 and finite, rope_base > 0 and finite. */
+typedef struct rill_hparams {
+    rill_arch_t arch;
+    int32_t n_vocab;     /* V: tokenizer.ggml.tokens length, else <arch>.vocab_size, else rows
+                          * of token_embd */
+    int32_t n_ctx_train; /* <arch>.context_length: the context the model was trained with */
+    int32_t n_embd;      /* E: <arch>.embedding_length */
+    int32_t n_layer;     /* <arch>.block_count */
+    int32_t n_ff;        /* F: <arch>.feed_forward_length */
+    int32_t n_head;      /* H: <arch>.attention.head_count */
+    int32_t n_head_kv;   /* K: <arch>.attention.head_count_kv (default H) */
+    int32_t head_dim;    /* D = E / H */
+    int32_t n_rot;       /* <arch>.rope.dimension_count (default D); rill requires n_rot == D */
+    float rms_eps;       /* <arch>.attention.layer_norm_rms_epsilon (required) */
+    float rope_base;     /* <arch>.rope.freq_base (default 10000): theta_i = base^(-2i/n_rot) */
+    rill_rope_mode_t rope_type; /* RILL_ROPE_NORM (llama) or RILL_ROPE_NEOX (qwen2) */
+    bool tied_output; /* no output.weight in the file: weights.output == weights.token_embd */
+} rill_hparams_t;
+
+/* One weight tensor as stored in the file: a view into the mapping, from which a backend makes
+ * its prepared weight (rill_weight_t of rill_backend.h). Row-major rows of ne0 elements. A matrix
+ * that maps an input of size ne0 to an output of size ne1 is applied as y[r] = dot(row r, x) for
+ * r in [0, ne1). A vector (norm, bias) has ne1 == 1. An absent optional tensor has data == NULL
+ * and all fields zero. */
+typedef struct rill_model_tensor {
+    rill_dtype_t dtype; /* storage type; rows are a whole number of blocks of it */
+    int64_t ne0;        /* elements per row (the input size of a matrix) */
+    int64_t ne1;        /* rows (the output size of a matrix) */
+    size_t row_bytes;   /* bytes per row: rill_dtype_row_bytes(dtype, ne0) */
+    const void *data;   /* borrowed from the model's mapping; ne1 * row_bytes bytes */
+} rill_model_tensor_t;
+
+typedef struct rill_layer_weights {
+    rill_model_tensor_t attn_norm; /* (E) f32 */
+    rill_model_tensor_t wq;        /* ne0 = E, ne1 = H * D */
+    rill_model_tensor_t wk;        /* ne0 = E, ne1 = K * D */
+    rill_model_tensor_t wv;        /* ne0 = E, ne1 = K * D */
+    rill_model_tensor_t wo;        /* ne0 = H * D, ne1 = E */
+    rill_model_tensor_t bq;        /* (H * D) f32; qwen2: required, llama: optional (NULL data) */
+    rill_model_tensor_t bk;        /* (K * D) f32; as bq */
+    rill_model_tensor_t bv;        /* (K * D) f32; as bq */
+    rill_model_tensor_t ffn_norm;  /* (E) f32 */
+    rill_model_tensor_t ffn_gate;  /* ne0 = E, ne1 = F */
+    rill_model_tensor_t ffn_up;    /* ne0 = E, ne1 = F */
+    rill_model_tensor_t ffn_down;  /* ne0 = F, ne1 = E */
+} rill_layer_weights_t;
+
+/* The forward pass, per layer l:  h = x + wo(attn(rope(wq n + bq), rope(wk n + bk), wv n + bv))
+ * with n = rmsnorm(x) * attn_norm;  x' = h + ffn_down(silu(ffn_gate m) * ffn_up m) with
+ * m = rmsnorm(h) * ffn_norm. Logits = output(rmsnorm(x_L) * output_norm). */
+typedef struct rill_model_weights {
+    rill_model_tensor_t token_embd;  /* ne0 = E, ne1 = V: row t is token t's embedding */
+    rill_model_tensor_t output_norm; /* (E) f32 */
+    rill_model_tensor_t output;      /* ne0 = E, ne1 = V; a copy of token_embd when tied */
+    rill_model_tensor_t rope_freqs;  /* (n_rot / 2) f32 frequency divisors; optional (NULL data) */
+    int32_t n_layer;
+    const rill_layer_weights_t *layers; /* n_layer entries, owned by the model */
+} rill_model_weights_t;
+
+typedef struct rill_model_params {
+    /* false (default): a tensor the architecture does not use fails the load with
+     * RILL_EUNSUPPORTED. true: it is logged as a warning and ignored. */
+    bool allow_unused_tensors;
+} rill_model_params_t;
+
+/* Defaults: see each field. */
+rill_model_params_t rill_model_default_params(void);
+
+/* Opens, validates and binds a GGUF model file. Blocks while the file's metadata is read (the
+ * weights are mapped, not read). On success the caller owns *out (one reference); release with
+ * rill_model_destroy(). On failure *out is NULL, nothing is leaked, and when err != NULL a
+ * NUL-terminated message of at most errlen bytes says what is wrong (also logged at ERROR).
+ * Errors: those of rill_gguf_open(); RILL_EFORMAT (a required key or tensor is missing, a value
+ * is out of range, a tensor has the wrong shape, inconsistent hparams); RILL_EUNSUPPORTED (an
+ * architecture other than llama/qwen2, a weight type rill cannot compute with, an unused tensor,
+ * per-layer hparams arrays, RoPE scaling, n_rot != head_dim); RILL_EINVAL; RILL_ENOMEM. */
+rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out,
+                           char *err, size_t errlen);
+
+/* Same from an already opened GGUF (tests, fuzzing, in-memory files). On success the model takes
+ * ownership of the reader and sets *gp = NULL; on failure *gp is untouched and still owned by
+ * the caller. */
+rill_err_t rill_model_load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out,
+                                char *err, size_t errlen);
+
+/* Adds a reference (for another thread or owner) and returns m. NULL-safe. */
+rill_model_t *rill_model_retain(rill_model_t *m);
+
+/* Drops the caller's reference and sets *mp = NULL; the last reference frees the model, its
+ * weights table and its GGUF reader. NULL-safe. Thread-safe with respect to other references. */
+void rill_model_destroy(rill_model_t **mp);
+
+/* Borrowed views, valid while the caller holds a reference. */
+const rill_hparams_t *rill_model_hparams(const rill_model_t *m);
+const rill_model_weights_t *rill_model_weights(const rill_model_t *m);
+
+/* The model's GGUF reader (metadata, tokenizer arrays, chat template). Borrowed; valid while the
+ * caller holds a reference to the model. */
+const rill_gguf_t *rill_model_gguf(const rill_model_t *m);
+
+/* "llama" or "qwen2" (static strings); "?" for other values. */
+const char *rill_arch_name(rill_arch_t arch);
+
+/* True when type t can be used for 2-D weight matrices (the list in the file comment). */
+bool rill_model_matrix_type_supported(rill_dtype_t t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_MODEL_H */
