@@ -32,9 +32,16 @@
 #define CPU_RELAX() ((void)0)
 #endif
 
+typedef struct worker_arg {
+    struct rill_pool *pool;
+    int index;
+} worker_arg_t;
+
 struct rill_pool {
     int n_threads;
     pthread_t *threads; /* n_threads - 1 workers */
+    worker_arg_t *args; /* their start arguments; owned by the pool so that no worker frees
+                           memory behind the creator's back (the counters stay exact) */
 
     /* The current job: written by the caller before publishing gen, read-only until pending
      * drops to 0. */
@@ -53,11 +60,6 @@ struct rill_pool {
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
-
-typedef struct worker_arg {
-    rill_pool_t *pool;
-    int index;
-} worker_arg_t;
 
 static void run_chunks(rill_pool_t *p, int thread) {
     const int64_t n = p->n, grain = p->grain;
@@ -98,7 +100,6 @@ static uint64_t wait_for_job(rill_pool_t *p, uint64_t seen) {
 static void *worker_main(void *arg) {
     worker_arg_t wa = *(worker_arg_t *)arg;
     rill_pool_t *p = wa.pool;
-    rill_free(arg);
     uint64_t seen = 0;
     for (;;) {
         seen = wait_for_job(p, seen);
@@ -149,21 +150,17 @@ rill_err_t rill_pool_new(int n_threads, rill_pool_t **out) {
     int started = 0;
     if (n_threads > 1) {
         p->threads = rill_calloc(RILL_MEM_CORE, (size_t)(n_threads - 1), sizeof *p->threads);
-        if (p->threads == NULL) {
+        p->args = rill_calloc(RILL_MEM_CORE, (size_t)(n_threads - 1), sizeof *p->args);
+        if (p->threads == NULL || p->args == NULL) {
             err = RILL_ENOMEM;
             goto cleanup;
         }
     }
     for (; started < n_threads - 1; started++) {
-        worker_arg_t *wa = rill_malloc(RILL_MEM_CORE, sizeof *wa);
-        if (wa == NULL) {
-            err = RILL_ENOMEM;
-            goto cleanup;
-        }
+        worker_arg_t *wa = &p->args[started];
         wa->pool = p;
         wa->index = started + 1;
         if (pthread_create(&p->threads[started], NULL, worker_main, wa) != 0) {
-            rill_free(wa);
             err = RILL_EINTERNAL;
             goto cleanup;
         }
@@ -173,6 +170,7 @@ rill_err_t rill_pool_new(int n_threads, rill_pool_t **out) {
 cleanup:
     stop_workers(p, started);
     rill_free(p->threads);
+    rill_free(p->args);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     rill_free(p);
@@ -186,6 +184,7 @@ void rill_pool_destroy(rill_pool_t **pp) {
     rill_pool_t *p = *pp;
     stop_workers(p, p->n_threads - 1);
     rill_free(p->threads);
+    rill_free(p->args);
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     rill_free(p);
