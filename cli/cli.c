@@ -41,8 +41,8 @@ static int set_value(const cli_opt_t *o, const char *v) {
             return 2;
         }
         if (o->min <= o->max && ((double)x < o->min || (double)x > o->max)) {
-            fprintf(stderr, "rill: --%s must be between %.0f and %.0f, got %lld\n", o->name,
-                    o->min, o->max, x);
+            fprintf(stderr, "rill: --%s must be between %.0f and %.0f, got %lld\n", o->name, o->min,
+                    o->max, x);
             return 2;
         }
         *(int64_t *)o->dest = (int64_t)x;

@@ -1,0 +1,151 @@
+/*
+ * cmd_bench.c - `rill bench model`: prompt-processing and text-generation throughput, measured
+ * the way llama-bench measures them so the figures compare: pp = a batch of -p tokens evaluated
+ * from an empty context (chunks of the backend's batch size), tg = -n tokens decoded one at a
+ * time from an empty context; token ids are drawn from a fixed seed; each figure is the mean of
+ * --reps runs after one warm-up run. Prints a table and one JSON line.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "local.h"
+#include "rill_alloc.h"
+#include "rill_log.h"
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Seconds to run the pp (n_tok in one go) or tg (n_tok single steps) workload once. */
+static double run_once(local_t *l, const int32_t *ids, int32_t n_tok, bool tg, float *logits) {
+    l->n_past = 0;
+    uint64_t t0 = rill_now_ns();
+    if (tg) {
+        for (int32_t i = 0; i < n_tok; i++) {
+            if (local_eval(l, ids + i, 1, false, logits) != 0) {
+                return -1;
+            }
+        }
+    } else if (local_eval(l, ids, n_tok, false, logits) != 0) {
+        return -1;
+    }
+    return (double)(rill_now_ns() - t0) / 1e9;
+}
+
+/* Mean and standard deviation of tokens/s over reps runs. */
+static int measure(local_t *l, const int32_t *ids, int32_t n_tok, bool tg, int64_t reps,
+                   float *logits, double *mean, double *sd) {
+    if (n_tok == 0) {
+        *mean = *sd = 0;
+        return 0;
+    }
+    if (run_once(l, ids, n_tok, tg, logits) < 0) {
+        return 1;
+    }
+    double sum = 0, sum2 = 0;
+    for (int64_t r = 0; r < reps; r++) {
+        double s = run_once(l, ids, n_tok, tg, logits);
+        if (s < 0) {
+            return 1;
+        }
+        double ts = n_tok / s;
+        sum += ts;
+        sum2 += ts * ts;
+    }
+    *mean = sum / (double)reps;
+    double var = sum2 / (double)reps - *mean * *mean;
+    *sd = var > 0 ? sqrt(var) : 0;
+    return 0;
+}
+
+static int bench_model(int argc, char **argv) {
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
+    int64_t n_prompt = 512, n_gen = 128, reps = 3;
+    const cli_opt_t opts[] = {
+        { "model", "-m", CLI_STRING, &lo.model_path, "GGUF model file (default: SmolLM2-135M)", 0,
+          -1 },
+        { "n-prompt", "-p", CLI_INT, &n_prompt, "prompt tokens for the pp test (0 = skip)", 0,
+          1 << 20 },
+        { "n-gen", "-n", CLI_INT, &n_gen, "generated tokens for the tg test (0 = skip)", 0,
+          1 << 20 },
+        { "threads", "-t", CLI_INT, &lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
+        { "reps", "-r", CLI_INT, &reps, "measured runs per test (after one warm-up)", 1, 1000 },
+        { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
+        { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { 0 },
+    };
+    const char *pos[1];
+    int n_pos = 0;
+    int rc = cli_parse(argc, argv, 1, opts,
+                       "rill bench model [--model FILE] [-p 512] [-n 128] [--threads N]",
+                       "Measures prompt processing (pp) and generation (tg) tokens/s like "
+                       "llama-bench; prints a table and one JSON line.",
+                       pos, 0, &n_pos);
+    if (rc != 0) {
+        return rc == 1 ? 0 : 2;
+    }
+    int64_t need = n_prompt > n_gen ? n_prompt : n_gen;
+    lo.n_ctx = need > 0 ? need : 1;
+    local_t l;
+    if (local_open(&l, &lo) != 0) {
+        return 1;
+    }
+    int status = 1;
+    int32_t *ids = rill_malloc(RILL_MEM_OTHER, (size_t)lo.n_ctx * sizeof *ids);
+    float *logits = rill_malloc(RILL_MEM_OTHER, (size_t)l.n_vocab * sizeof *logits);
+    if (ids == NULL || logits == NULL) {
+        fprintf(stderr, "rill bench: out of memory\n");
+        goto done;
+    }
+    uint64_t s = 42;
+    for (int64_t i = 0; i < lo.n_ctx; i++) {
+        ids[i] = (int32_t)(splitmix(&s) % (uint64_t)l.n_vocab);
+    }
+    double pp = 0, pp_sd = 0, tg = 0, tg_sd = 0;
+    if (measure(&l, ids, (int32_t)n_prompt, false, reps, logits, &pp, &pp_sd) != 0 ||
+        measure(&l, ids, (int32_t)n_gen, true, reps, logits, &tg, &tg_sd) != 0) {
+        goto done;
+    }
+    const char *path = lo.model_path != NULL ? lo.model_path : cli_default_model();
+    const char *base = strrchr(path, '/') != NULL ? strrchr(path, '/') + 1 : path;
+    int threads = rill_backend_n_threads(l.be);
+    printf("| %-40s | %-10s | %7s | %6s | %16s |\n", "model", "backend", "threads", "test", "t/s");
+    printf("|%s|%s|%s|%s|%s|\n", "------------------------------------------", "------------",
+           "---------", "--------", "------------------");
+    if (n_prompt > 0) {
+        printf("| %-40s | %-10s | %7d | %6s | %8.2f ± %5.2f |\n", base, rill_backend_name(l.be),
+               threads, "pp", pp, pp_sd);
+    }
+    if (n_gen > 0) {
+        printf("| %-40s | %-10s | %7d | %6s | %8.2f ± %5.2f |\n", base, rill_backend_name(l.be),
+               threads, "tg", tg, tg_sd);
+    }
+    printf("{\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"threads\":%d,\"model\":\"%s\","
+           "\"backend\":\"%s\",\"n_prompt\":%lld,\"n_gen\":%lld,\"reps\":%lld}\n",
+           pp, tg, threads, base, rill_backend_name(l.be), (long long)n_prompt, (long long)n_gen,
+           (long long)reps);
+    status = 0;
+done:
+    rill_free(ids);
+    rill_free(logits);
+    local_close(&l);
+    return status;
+}
+
+int cmd_bench(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "model") == 0) {
+        return bench_model(argc - 1, argv + 1);
+    }
+    if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        printf("usage: rill bench model [options]   (rill bench model --help)\n");
+        return 0;
+    }
+    fprintf(stderr, "usage: rill bench model [options]   (rill bench model --help)\n");
+    return 2;
+}

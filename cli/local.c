@@ -1,0 +1,164 @@
+/*
+ * local.c - the in-process engine of the local sub-commands (see local.h). One sequence, one
+ * contiguous KV cache; prompts longer than the backend's batch are fed in chunks, which must
+ * give the same logits as one batch (the attention of a chunk sees the K/V the earlier chunks
+ * stored).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "local.h"
+#include "rill_alloc.h"
+
+int local_open(local_t *l, const local_opts_t *o) {
+    memset(l, 0, sizeof *l);
+    const char *path = o->model_path != NULL ? o->model_path : cli_default_model();
+    if (path == NULL) {
+        return 1;
+    }
+    char msg[512] = "";
+    rill_err_t err = rill_model_load(path, rill_model_default_params(), &l->model, msg, sizeof msg);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: cannot load %s: %s\n", path, msg[0] ? msg : rill_strerror(err));
+        return 1;
+    }
+    l->hp = rill_model_hparams(l->model);
+    err = rill_tokenizer_new(rill_model_gguf(l->model), &l->tok, msg, sizeof msg);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: %s: tokenizer: %s\n", path, msg[0] ? msg : rill_strerror(err));
+        goto fail;
+    }
+    rill_backend_params_t bp = rill_backend_default_params();
+    if (o->backend == NULL || strcmp(o->backend, "cpu") == 0) {
+        bp.kind = RILL_BACKEND_CPU;
+    } else if (strcmp(o->backend, "ref") == 0) {
+        bp.kind = RILL_BACKEND_REF;
+    } else {
+        fprintf(stderr, "rill: --backend must be cpu or ref, got '%s'\n", o->backend);
+        goto fail;
+    }
+    bp.n_threads = (int)o->threads;
+    int64_t widest = l->hp->n_ff > l->hp->n_embd ? l->hp->n_ff : l->hp->n_embd;
+    if (bp.max_n_in < widest) {
+        bp.max_n_in = widest;
+    }
+    err = rill_backend_new(&bp, &l->be);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: cannot create the %s backend: %s\n", o->backend ? o->backend : "cpu",
+                rill_strerror(err));
+        goto fail;
+    }
+    err = rill_forward_new(l->model, l->be, NULL, &l->fw);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: %s: %s\n", path, rill_strerror(err));
+        goto fail;
+    }
+    rill_dtype_t kvt = RILL_DTYPE_F16;
+    if (o->kv_type != NULL && strcmp(o->kv_type, "f32") == 0) {
+        kvt = RILL_DTYPE_F32;
+    } else if (o->kv_type != NULL && strcmp(o->kv_type, "f16") != 0) {
+        fprintf(stderr, "rill: --kv-type must be f16 or f32, got '%s'\n", o->kv_type);
+        goto fail;
+    }
+    int64_t n_ctx = o->n_ctx;
+    if (n_ctx <= 0) {
+        n_ctx = l->hp->n_ctx_train < 4096 ? l->hp->n_ctx_train : 4096;
+    }
+    if (n_ctx > l->hp->n_ctx_train) {
+        fprintf(stderr, "rill: --ctx %lld exceeds the model's training context %d\n",
+                (long long)n_ctx, l->hp->n_ctx_train);
+        goto fail;
+    }
+    int32_t n_pages = (int32_t)((n_ctx + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE);
+    err = rill_kv_cache_new(l->fw, kvt, RILL_KV_PAGE_SIZE, n_pages, &l->kv);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: cannot allocate a KV cache of %lld positions: %s\n",
+                (long long)n_ctx, rill_strerror(err));
+        goto fail;
+    }
+    l->pages = rill_malloc(RILL_MEM_OTHER, (size_t)n_pages * sizeof *l->pages);
+    if (l->pages == NULL) {
+        fprintf(stderr, "rill: out of memory\n");
+        goto fail;
+    }
+    for (int32_t i = 0; i < n_pages; i++) {
+        l->pages[i] = i;
+    }
+    l->n_ctx = (int32_t)n_ctx;
+    l->n_vocab = l->hp->n_vocab;
+    return 0;
+fail:
+    local_close(l);
+    return 1;
+}
+
+void local_close(local_t *l) {
+    rill_free(l->pages);
+    rill_kv_cache_destroy(&l->kv);
+    rill_forward_destroy(&l->fw);
+    rill_backend_destroy(&l->be);
+    rill_tokenizer_destroy(&l->tok);
+    rill_model_destroy(&l->model);
+    memset(l, 0, sizeof *l);
+}
+
+int local_eval(local_t *l, const int32_t *tokens, int32_t n, bool all, float *logits) {
+    if (n <= 0) {
+        return 0;
+    }
+    if ((int64_t)l->n_past + n > l->n_ctx) {
+        fprintf(stderr, "rill: context full: %d + %d tokens exceed --ctx %d\n", l->n_past, n,
+                l->n_ctx);
+        return 1;
+    }
+    rill_page_table_t pt = { l->pages, (l->n_ctx + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE };
+    rill_err_t err =
+        rill_forward_eval_sequence(l->fw, l->kv, &pt, l->n_past, tokens, n, all, logits);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill: evaluation failed: %s\n", rill_forward_last_error(l->fw));
+        return 1;
+    }
+    l->n_past += n;
+    return 0;
+}
+
+int64_t local_parse_ids(const char *s, int32_t **out) {
+    *out = NULL;
+    int64_t cap = 16, n = 0;
+    int32_t *ids = rill_malloc(RILL_MEM_OTHER, (size_t)cap * sizeof *ids);
+    if (ids == NULL) {
+        return -1;
+    }
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') {
+            p++;
+        }
+        if (*p == '\0') {
+            break;
+        }
+        char *end = NULL;
+        long long v = strtoll(p, &end, 10);
+        if (end == p || v < 0 || v > INT32_MAX ||
+            (*end != '\0' && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
+            fprintf(stderr, "rill: --tokens: '%.20s' is not a token id\n", p);
+            rill_free(ids);
+            return -1;
+        }
+        if (n == cap) {
+            int32_t *grown = rill_realloc(RILL_MEM_OTHER, ids, (size_t)cap * 2 * sizeof *ids);
+            if (grown == NULL) {
+                rill_free(ids);
+                return -1;
+            }
+            ids = grown;
+            cap *= 2;
+        }
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    *out = ids;
+    return n;
+}

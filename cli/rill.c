@@ -1,0 +1,66 @@
+/*
+ * rill.c - the `rill` command: a dispatcher over sub-commands (cmd_*.c). Each sub-command parses
+ * its own options from a table (cli.h), so `rill CMD --help` is always what CMD accepts.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "rill_log.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command_t;
+
+static const command_t commands[] = {
+    { "generate", cmd_generate, "generate text from a prompt, streamed as it is produced" },
+    { "tokenize", cmd_tokenize, "print the tokens of a text (works on vocabulary-only GGUFs)" },
+    { "logits", cmd_logits, "evaluate token ids from position 0 and write their logits" },
+    { "bench", cmd_bench, "benchmarks: `rill bench model` (prompt and generation tokens/s)" },
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: rill COMMAND [options]   (rill COMMAND --help for its options)\n\n"
+               "rill is a streaming session engine for transformer models (GGUF: llama, qwen2).\n"
+               "Without --model, commands use the default model, models/SmolLM2-135M-Instruct."
+               "Q4_1.gguf\n(fetched by scripts/setup.sh; RILL_MODEL overrides).\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    }
+    fprintf(f, "\nenvironment: RILL_MODEL (default model path), RILL_SIMD=scalar|avx2 (CPU "
+               "kernels),\n             RILL_LOG=debug|info|warn|error (library log level, "
+               "default warn)\n");
+}
+
+int main(int argc, char **argv) {
+    rill_log_set(rill_log_to_file, NULL);
+    const char *lvl = getenv("RILL_LOG");
+    rill_log_level_t level = RILL_LOG_WARN;
+    if (lvl != NULL) {
+        level = strcmp(lvl, "debug") == 0   ? RILL_LOG_DEBUG
+                : strcmp(lvl, "info") == 0  ? RILL_LOG_INFO
+                : strcmp(lvl, "error") == 0 ? RILL_LOG_ERROR
+                                            : RILL_LOG_WARN;
+    }
+    rill_log_set_level(level);
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(argv[1], commands[i].name) == 0) {
+            return commands[i].run(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "rill: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

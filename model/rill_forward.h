@@ -1,0 +1,115 @@
+/*
+ * rill_forward.h - the transformer forward pass, written once against the backend interface.
+ *
+ * A rill_forward_t binds a loaded model (rill_model.h) to a compute backend (rill_backend.h):
+ * it prepares every weight for the backend (zero copy on the CPU backends: the weights stay in
+ * the model's mapping) and allocates the activation buffers for batches of up to max_batch
+ * tokens. rill_forward_eval() then runs one batch through all layers: the tokens may belong to
+ * different sequences at different positions (the batch's page tables say where each sequence's
+ * K/V live in a rill_kv_cache_t), so prefill chunks and decode steps of many sessions share one
+ * pass. Logits are computed only for the tokens the caller asks for.
+ *
+ * The KV cache here is storage only: n_layer paged pools with one layout (rill_kv_layout_t).
+ * Which pages belong to which sequence is the caller's business (a contiguous cache is the
+ * identity page table; sessions/ manages pages with reference counts).
+ *
+ * Scratch (backend memory, allocated at creation, nothing per token), with T = max_batch,
+ * E = n_embd, Q = n_head * head_dim, KV = n_head_kv * head_dim, F = n_ff, V = n_vocab,
+ * L = max_logits:  4 * (T * (2E + 2Q + 2KV + 2F) + L * (E + V)) bytes. For SmolLM2-135M with the
+ * defaults (T = 512, L = 32): 4 * (512 * (1152 + 1152 + 384 + 3072) + 32 * (576 + 49152)) =
+ * 18.2 MiB, plus the backend's own scratch (rill_backend.h) and the KV cache:
+ * 2 * n_layer * KV * (2 bytes for F16) per token = 30 KiB per token for SmolLM2-135M.
+ *
+ * Thread safety: a rill_forward_t and its KV caches belong to one thread at a time (the thread
+ * that owns the backend). The model may be shared with other forwards on other threads.
+ */
+#ifndef RILL_FORWARD_H
+#define RILL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rill_backend.h"
+#include "rill_err.h"
+#include "rill_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_forward rill_forward_t;
+typedef struct rill_kv_cache rill_kv_cache_t;
+
+typedef struct rill_forward_params {
+    int32_t max_batch;  /* most tokens per rill_forward_eval(); default: the backend's max_batch */
+    int32_t max_logits; /* rows of logits computed per output matmul (a larger request is done in
+                           several passes); default 32 */
+} rill_forward_params_t;
+
+rill_forward_params_t rill_forward_default_params(void);
+
+/* Binds model to backend. Takes a reference to model (released by rill_forward_destroy); the
+ * backend is borrowed and must outlive the forward. Errors: RILL_EINVAL (NULL, max_batch < 1 or
+ * above the backend's, max_logits < 1, the model is wider than the backend's max_n_in),
+ * RILL_EUNSUPPORTED (a model feature the forward pass does not implement, e.g. rope_freqs),
+ * RILL_ENOMEM. On error nothing is left allocated. Caller owns *out; destroy with
+ * rill_forward_destroy(). */
+rill_err_t rill_forward_new(rill_model_t *model, rill_backend_t *backend,
+                            const rill_forward_params_t *params, rill_forward_t **out);
+
+/* Frees the forward's buffers and prepared weights, drops its model reference, sets *fp = NULL.
+ * NULL-safe. KV caches made for it must be destroyed first. */
+void rill_forward_destroy(rill_forward_t **fp);
+
+const rill_model_t *rill_forward_model(const rill_forward_t *fw);
+rill_backend_t *rill_forward_backend(rill_forward_t *fw);
+int32_t rill_forward_max_batch(const rill_forward_t *fw);
+
+/* Allocates a KV cache of n_pages pages of page_size positions for every layer of the model,
+ * elements of dtype (RILL_DTYPE_F16, llama.cpp's default, or RILL_DTYPE_F32). Contents are
+ * undefined until written. Errors: RILL_EINVAL (bad dtype or sizes), RILL_ENOMEM. Caller owns
+ * *out; destroy with rill_kv_cache_destroy() before the forward. */
+rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t page_size,
+                             int32_t n_pages, rill_kv_cache_t **out);
+
+void rill_kv_cache_destroy(rill_kv_cache_t **kvp);
+
+/* The layout shared by every layer's pool, and layer l's pool (a backend pointer). */
+const rill_kv_layout_t *rill_kv_cache_layout(const rill_kv_cache_t *kv);
+void *rill_kv_cache_pool(rill_kv_cache_t *kv, int32_t layer);
+
+/* Bytes of backend memory the cache holds. */
+int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv);
+
+/* Runs batch (rill_backend.h: per token its sequence, position, KV slot and visible KV count)
+ * with tokens[i] the id of batch token i. Writes every token's K/V into kv. For each of the
+ * n_out indices out_rows[j] (batch token indices, any order, repeats allowed) the logits of that
+ * token are copied to logits_host[j * n_vocab .. + n_vocab) (host memory, caller-owned).
+ * n_out may be 0 (ingest only: no output projection is computed).
+ * Errors: RILL_EINVAL (NULL, a token id outside [0, n_vocab), an out_rows entry outside
+ * [0, n_tok), anything rill_backend_set_batch or the ops reject), RILL_ERANGE (n_tok >
+ * max_batch). On error the KV cache may hold partial writes at the batch's slots (the slots
+ * the batch named, nothing else); the caller treats those slots as unwritten. Blocks until done. */
+rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill_batch_t *batch,
+                             const int32_t *tokens, const int32_t *out_rows, int32_t n_out,
+                             float *logits_host);
+
+/* Convenience for one sequence whose slot of position p is p (no re-basing): evaluates
+ * tokens[0, n) at positions [pos0, pos0 + n) through the page table pt (host; it must cover slot
+ * pos0 + n - 1), in chunks of max_batch, each chunk attending to everything before it. Writes
+ * the logits of the last token (all == false: n_vocab floats) or of every token (all == true:
+ * n * n_vocab floats, row after row) to logits_host, or none when logits_host is NULL.
+ * Errors: as rill_forward_eval(), plus RILL_ERANGE when the page table is too short. On error,
+ * chunks before the failing one have been stored. Does not allocate. */
+rill_err_t rill_forward_eval_sequence(rill_forward_t *fw, rill_kv_cache_t *kv,
+                                      const rill_page_table_t *pt, int32_t pos0,
+                                      const int32_t *tokens, int32_t n, bool all,
+                                      float *logits_host);
+
+/* Detail of the last error of rill_forward_eval / rill_kv_cache_new on fw. Borrowed. */
+const char *rill_forward_last_error(const rill_forward_t *fw);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_FORWARD_H */
