@@ -2,6 +2,7 @@
  * rill.c - the `rill` command: a dispatcher over sub-commands (cmd_*.c). Each sub-command parses
  * its own options from a table (cli.h), so `rill CMD --help` is always what CMD accepts.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,13 +32,25 @@ static void usage(FILE *f) {
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     }
     fprintf(f, "\nenvironment: RILL_MODEL (default model path), RILL_SIMD=scalar|avx2 (CPU "
-               "kernels),\n             RILL_LOG=debug|info|warn|error (library log level, "
-               "default warn)\n");
+               "kernels),\n             RILL_LOG=debug|info|warn|error (library log level; by "
+               "default warnings only)\n");
+}
+
+/* Library errors come back as return codes, which the commands report with their context; by
+ * default only warnings are shown from the log, so an error is not printed twice. RILL_LOG
+ * shows everything from its level up. */
+static void cli_log(void *user, rill_log_level_t level, const char *file, int line,
+                    const char *msg) {
+    bool explicit_level = user != NULL;
+    if (level == RILL_LOG_ERROR && !explicit_level) {
+        return;
+    }
+    rill_log_to_file(NULL, level, file, line, msg);
 }
 
 int main(int argc, char **argv) {
-    rill_log_set(rill_log_to_file, NULL);
     const char *lvl = getenv("RILL_LOG");
+    rill_log_set(cli_log, lvl != NULL ? (void *)lvl : NULL);
     rill_log_level_t level = RILL_LOG_WARN;
     if (lvl != NULL) {
         level = strcmp(lvl, "debug") == 0   ? RILL_LOG_DEBUG

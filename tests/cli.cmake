@@ -1,0 +1,5 @@
+# The rill command end to end (tests/test_cli.py, with the system python3: it needs no packages).
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME test_cli COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_cli.py
+         $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/../shared)
+set_tests_properties(test_cli PROPERTIES TIMEOUT 600 LABELS "integration" SKIP_RETURN_CODE 77)

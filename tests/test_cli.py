@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""The `rill` command as users and outside checks drive it (its interface is kept stable):
+exit codes, --help, tokenize against llama.cpp's reference tokenizations, logits against
+llama.cpp's reference logits, generate, bench model, and clear errors on bad input.
+
+Usage: test_cli.py RILL_BINARY SOURCE_DIR SHARED_DIR. Exits 77 (skip) when the tiny test models
+are absent. Prints 'N passed, N failed' last.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+RILL, SRC, SHARED = sys.argv[1], sys.argv[2], sys.argv[3]
+TINY = os.path.join(SRC, "tests", "data", "models")
+REF = os.path.join(SRC, "tests", "data", "ref")
+results = []
+
+
+def run(*args, ok=(0,)):
+    p = subprocess.run([RILL, *args], capture_output=True, text=True, timeout=300)
+    if p.returncode not in ok:
+        raise AssertionError(f"rill {' '.join(args)}: exit {p.returncode}\n{p.stderr}")
+    return p
+
+
+def check(name, fn):
+    try:
+        fn()
+        results.append((name, None))
+    except Exception as e:  # noqa: BLE001 - report every failure, keep going
+        results.append((name, e))
+
+
+def t_help_and_usage():
+    assert "commands:" in run("--help").stdout
+    assert run("nope", ok=(2,)).stderr.startswith("rill: unknown command")
+    assert run(ok=(2,)).returncode == 2
+    for cmd in ("generate", "tokenize", "logits"):
+        out = run(cmd, "--help").stdout
+        assert out.startswith("usage: rill " + cmd), out
+        assert "--model" in out
+    assert "--n-prompt" in run("bench", "model", "--help").stdout
+
+
+def t_bad_input():
+    e = run("generate", ok=(2,)).stderr
+    assert "--prompt is required" in e, e
+    e = run("logits", "--tokens", "1 x", ok=(2,)).stderr
+    assert "not a token id" in e, e
+    e = run("generate", "--prompt", "a", "--top-p", "2", ok=(2,)).stderr
+    assert "--top-p must be between" in e, e
+    e = run("generate", "--prompt", "a", "--bogus", ok=(2,)).stderr
+    assert "unknown option" in e, e
+    e = run("logits", "--model", "/nonexistent.gguf", "--tokens", "1", ok=(1,)).stderr
+    assert "cannot load /nonexistent.gguf" in e, e
+    with tempfile.NamedTemporaryFile(suffix=".gguf") as f:
+        f.write(b"GGUF\x03\x00\x00\x00" + b"\xff" * 8)
+        f.flush()
+        e = run("tokenize", "--model", f.name, "--prompt", "a", ok=(1,)).stderr
+        assert f.name in e and "rill tokenize" in e, e
+    m = os.path.join(TINY, "rill-tiny-llama-F32.gguf")
+    e = run("logits", "--model", m, "--tokens", "999999", ok=(1,)).stderr
+    assert "vocabulary" in e, e
+
+
+def t_tokenize_matches_llama_cpp():
+    """The shared llama.cpp cases through the command line (no BOS, special text as text)."""
+    for vocab in ("llama-spm", "qwen2"):
+        base = os.path.join(SHARED, "testdata", "tokenizer", f"ggml-vocab-{vocab}.gguf")
+        texts = open(base + ".inp", encoding="utf-8").read().split("\n__ggml_vocab_test__\n")
+        wants = open(base + ".out", encoding="utf-8").read().split("\n")
+        n = 0
+        for text, want in zip(texts, wants):
+            if not text or "\x00" in text:
+                continue  # argv cannot carry NUL (nor an empty --prompt that means anything)
+            got = run("tokenize", "--model", base, "--prompt=" + text, "--ids", "--no-bos",
+                      "--no-parse-special").stdout.strip()
+            ids = [int(x) for x in got.strip("[]").split(",") if x.strip()]
+            assert ids == [int(x) for x in want.split()], (vocab, text, ids, want)
+            n += 1
+        assert n >= 40, n
+
+
+def read_ref(model):
+    for line in open(os.path.join(REF, "logits.tsv")):
+        if line.startswith("#"):
+            continue
+        f = line.rstrip("\n").split("\t")
+        if f[4] == model and f[6] == "all":
+            raw = open(os.path.join(REF, f[0]), "rb")
+            raw.seek(int(f[1]))
+            rows, nv = int(f[2]), int(f[3])
+            vals = struct.unpack(f"<{rows * nv}f", raw.read(rows * nv * 4))
+            return f[7], rows, nv, vals
+    raise AssertionError("no reference for " + model)
+
+
+def t_logits_matches_llama_cpp():
+    model = "rill-tiny-qwen2-F32.gguf"
+    tokens, rows, nv, want = read_ref(model)
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "l.f32")
+        run("logits", "--model", os.path.join(TINY, model), "--tokens", tokens, "--all",
+            "--kv-type", "f32", "--out", out, "--threads", "2")
+        data = open(out, "rb").read()
+        assert len(data) == rows * nv * 4, len(data)
+        got = struct.unpack(f"<{rows * nv}f", data)
+    scale = max(abs(x) for x in want)
+    err = max(abs(a - b) for a, b in zip(got, want))
+    assert err <= 1e-4 * scale, (err, scale)
+    # Text output: the last row only, n_vocab numbers on one line.
+    txt = run("logits", "--model", os.path.join(TINY, model), "--tokens", tokens,
+              "--kv-type", "f32").stdout.splitlines()
+    assert len(txt) == 1 and len(txt[0].split()) == nv
+    last = [float(x) for x in txt[0].split()]
+    assert max(abs(a - b) for a, b in zip(last, want[-nv:])) <= 1e-4 * scale
+
+
+def t_generate():
+    m = os.path.join(TINY, "rill-tiny-qwen2-Q8_0.gguf")
+    a = run("generate", "--model", m, "--prompt", "ab", "-n", "12", "--temp", "0")
+    b = run("generate", "--model", m, "--prompt", "ab", "-n", "12", "--temp", "0")
+    assert a.stdout == b.stdout and a.stdout.strip(), a.stdout
+    assert "generated" in a.stderr and "12 generated" in a.stderr, a.stderr
+    s1 = run("generate", "--model", m, "--prompt", "ab", "-n", "12", "--seed", "7").stdout
+    s2 = run("generate", "--model", m, "--prompt", "ab", "-n", "12", "--seed", "7").stdout
+    assert s1 == s2
+    c = run("generate", "--model", m, "--prompt", "hi", "--chat", "-n", "4", "--temp", "0")
+    assert "prompt tokens" in c.stderr
+    e = run("generate", "--model", os.path.join(TINY, "rill-tiny-llama-F32.gguf"), "--prompt",
+            "hi", "--chat", ok=(1,)).stderr
+    assert "chat template" in e, e
+
+
+def t_bench_model():
+    m = os.path.join(TINY, "rill-tiny-llama-Q4_0.gguf")
+    out = run("bench", "model", "--model", m, "-p", "16", "-n", "4", "-r", "1", "-t", "1").stdout
+    j = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    assert j["pp_tok_s"] > 0 and j["tg_tok_s"] > 0 and j["threads"] == 1, j
+    assert j["model"] == "rill-tiny-llama-Q4_0.gguf", j
+    rows = [l.split("|")[4].strip() for l in out.splitlines() if l.startswith("| rill-tiny")]
+    assert rows == ["pp", "tg"], out
+
+
+def main():
+    if not os.path.exists(os.path.join(TINY, "rill-tiny-llama-F32.gguf")):
+        print("SKIP: tests/data/models/ is empty (tools/make_test_models.py)")
+        return 77
+    for name, fn in sorted(globals().items()):
+        if name.startswith("t_") and callable(fn):
+            check(name, fn)
+    for name, err in results:
+        print(("ok   " if err is None else "FAIL ") + name + ("" if err is None else f": {err}"))
+    bad = sum(1 for _, e in results if e is not None)
+    print(f"{len(results) - bad} passed, {bad} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
