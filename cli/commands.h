@@ -7,5 +7,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_session_script(int argc, char **argv);
 
 #endif /* RILL_CLI_COMMANDS_H */

@@ -21,6 +21,7 @@ static const command_t commands[] = {
     { "tokenize", cmd_tokenize, "print the tokens of a text (works on vocabulary-only GGUFs)" },
     { "logits", cmd_logits, "evaluate token ids from position 0 and write their logits" },
     { "bench", cmd_bench, "benchmarks: `rill bench model` (prompt and generation tokens/s)" },
+    { "session-script", cmd_session_script, "run session commands from a script (tests, checks)" },
 };
 
 static void usage(FILE *f) {
@@ -29,7 +30,7 @@ static void usage(FILE *f) {
                "Without --model, commands use the default model, models/SmolLM2-135M-Instruct."
                "Q4_1.gguf\n(fetched by scripts/setup.sh; RILL_MODEL overrides).\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
-        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
     }
     fprintf(f, "\nenvironment: RILL_MODEL (default model path), RILL_SIMD=scalar|avx2 (CPU "
                "kernels),\n             RILL_LOG=debug|info|warn|error (library log level; by "

@@ -1,0 +1,270 @@
+/*
+ * rill_session.h - sessions: persistent KV state that data advances and questions only read
+ * (../shared/DESIGN.md section 4).
+ *
+ * Two objects:
+ *
+ *   rill_session_pool_t  the paged KV pool of one forward pass: a fixed budget of cells allocated
+ *                        once (a rill_kv_cache_t of n_pages pages of P positions, every layer
+ *                        alike), a free list and a reference count per page. It is the page
+ *                        allocator of every session made from it.
+ *   rill_session_t       one stream: a page table (slot s lives in page pages[s / P], row s % P),
+ *                        the resident token ids, the logits of its last resident position, a
+ *                        window policy, and the text held back by boundary-safe text append.
+ *
+ * Positions. A session's resident tokens occupy slots [0, n) with no holes, and the token in
+ * slot s is at RoPE position s: pos_next == n_resident. When the window evicts tokens, the kept
+ * ones are re-based (their keys re-rotated) so they follow the sinks contiguously; positions
+ * never reach the pool's context length n_ctx.
+ *
+ * Fork and copy-on-write. rill_session_fork() copies the page table and adds one reference to
+ * each page: O(pages), no tensor data moves. A page with more than one reference is never
+ * written: the first write into it (an append into a shared, partially filled last page, or the
+ * re-rotation of a shared page by a window shift) first copies it, in every layer, into a page of
+ * the writer's own. Hence a query (fork, prefill, decode, drop) leaves the session it ran on
+ * bit-identical: same pages, same positions, same K/V bytes, same logits.
+ *
+ * Window policy (rill_session_params_t): n_sink sink tokens plus `window` recent tokens, both
+ * rounded UP to whole pages (S' and W'), so that sinks and recent part start on page boundaries
+ * and attention covers slots [0, n) of the page table with no holes. When the recent part is
+ * full (n == S' + W') and more tokens arrive, evict_pages whole pages are dropped from the front
+ * of the recent part; the pages after them move down in the page table and their keys are
+ * re-rotated by -evict_pages * P positions with rill_backend_kv_rope_shift() (one call per layer
+ * for all kept pages, so each token's keys are re-rotated about W' / (evict_pages * P) times in
+ * its life). Sinks are never evicted nor re-rotated. Memory is bounded by S' + W' cells per
+ * session. With window == 0 there is no eviction and a session holds at most n_ctx tokens
+ * (appending more is RILL_ERANGE).
+ *
+ * Budget. Every operation that needs pages (append, a query's fork and prefill, copy-on-write)
+ * computes the pages it will need before it changes anything: when the pool cannot supply them
+ * it returns RILL_EFULL and the session and pool are exactly as before.
+ *
+ * Text (rill_session_append_text). Text may arrive in arbitrary chunks and must give the tokens
+ * of the whole text tokenized at once (add_special false, parse_special false). The session
+ * holds back the unstable tail: only text before the last space that follows an ASCII letter or
+ * digit is tokenized; the rest waits for more text or rill_session_flush_text(). This is exact
+ * for byte-level BPE (every pre-tokenizer rill supports splits before such a space and has no
+ * look-behind) and for SentencePiece vocabularies whose pieces carry U+2581 only in front (true
+ * of SentencePiece-trained vocabularies; the held-back part is tokenized with its leading space
+ * turned into the tokenizer's own space prefix). A flush is a text boundary: text appended after
+ * it is tokenized as a new text (SPM: it gets the space prefix again).
+ *
+ * Memory. The pool allocates its KV cache and tables at creation; a session allocates its page
+ * table, token array and logits (n_vocab floats) at creation or fork. Appending tokens, decoding
+ * and evicting allocate nothing; text append grows the session's text buffers only when a
+ * chunk is longer than any before. All memory is charged to RILL_MEM_SESSIONS (host) and the
+ * backend (the KV cache).
+ *
+ * Thread safety: one thread at a time. A pool and all its sessions (and the forward pass and
+ * backend under them) belong to the engine thread that owns the backend. Page reference counts
+ * are plain integers, not atomics: pages are shared between sessions of one pool, never between
+ * threads (a deliberate departure from STYLE.md rule 9, which is about objects other threads
+ * can reach).
+ */
+#ifndef RILL_SESSION_H
+#define RILL_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_err.h"
+#include "rill_forward.h"
+#include "rill_sampler.h"
+#include "rill_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_session_pool rill_session_pool_t;
+typedef struct rill_session rill_session_t;
+
+/* ---- the pool ------------------------------------------------------------------------------ */
+
+typedef struct rill_session_pool_params {
+    int64_t n_cells;      /* KV budget in token cells, rounded up to whole pages (>= 1);
+                             default 8192 */
+    int32_t page_size;    /* P, positions per page (1..4096); default RILL_KV_PAGE_SIZE (16) */
+    rill_dtype_t kv_type; /* RILL_DTYPE_F16 (default, llama.cpp's) or RILL_DTYPE_F32 */
+    int32_t n_ctx;        /* most positions a session may use; 0 (default): the model's
+                             training context. Must not exceed it. */
+    const rill_tokenizer_t *tokenizer; /* borrowed (must outlive the pool); optional: needed by
+                                          text append and stop-at-end-of-generation */
+} rill_session_pool_params_t;
+
+/* Defaults as documented per field. */
+rill_session_pool_params_t rill_session_pool_default_params(void);
+
+/* Creates a pool over fw (borrowed: it must outlive the pool): one rill_kv_cache_t of
+ * ceil(n_cells / P) pages plus one private scratch page (used to recompute logits after a
+ * rollback without writing a session's pages), in fw's backend. params NULL: the defaults.
+ * Errors: RILL_EINVAL (NULL fw or out, a field out of range, n_ctx above the model's context or
+ * below P), RILL_ENOMEM (host or backend memory). On error nothing is left allocated.
+ * Caller owns *out; destroy with rill_session_pool_destroy() after every session of it. */
+rill_err_t rill_session_pool_new(rill_forward_t *fw, const rill_session_pool_params_t *params,
+                                 rill_session_pool_t **out);
+
+/* Frees the pool and sets *pp = NULL. NULL-safe. Every session of the pool must have been
+ * destroyed (asserted: a live session would point at freed memory). */
+void rill_session_pool_destroy(rill_session_pool_t **pp);
+
+/* The page budget (excluding the scratch page), the pages free now, P, and n_ctx. */
+int32_t rill_session_pool_n_pages(const rill_session_pool_t *p);
+int32_t rill_session_pool_n_free(const rill_session_pool_t *p);
+int32_t rill_session_pool_page_size(const rill_session_pool_t *p);
+int32_t rill_session_pool_n_ctx(const rill_session_pool_t *p);
+
+/* Reference count of page `page` (0 when free; -1 when out of range). For tests and stats. */
+int32_t rill_session_pool_page_refs(const rill_session_pool_t *p, int32_t page);
+
+/* The KV cache the pages live in (for tests that read K/V back with rill_kv_cache_pool() and
+ * rill_backend_copy_out()). Borrowed; valid for the pool's lifetime. Writing it bypasses
+ * copy-on-write: don't. */
+rill_kv_cache_t *rill_session_pool_cache(rill_session_pool_t *p);
+
+/* Bytes of KV memory (all layers) one page holds. */
+int64_t rill_session_pool_page_bytes(const rill_session_pool_t *p);
+
+/* ---- sessions ------------------------------------------------------------------------------ */
+
+typedef struct rill_session_params {
+    int32_t n_sink;        /* S: tokens at the start that are never evicted (rounded up to whole
+                              pages; only meaningful with a window). Default 0 */
+    int32_t window;        /* W: recent tokens kept (rounded up to whole pages); 0 (default): no
+                              window, at most n_ctx tokens. S' + W' must not exceed n_ctx. */
+    int32_t evict_pages;   /* pages evicted at a time when the window overflows (1..W'/P);
+                              0 (default): max(1, W' / P / 4) */
+    const int32_t *prompt; /* optional system prompt, appended at creation (borrowed for the
+                              call); NULL for none */
+    int32_t n_prompt;      /* ids in prompt */
+} rill_session_params_t;
+
+/* Defaults as documented per field. */
+rill_session_params_t rill_session_default_params(void);
+
+/* Creates an empty session of pool p and appends params->prompt if any (see
+ * rill_session_append()). params NULL: the defaults. Errors: RILL_EINVAL (NULL, a field out of
+ * range, a prompt id outside the vocabulary), RILL_ERANGE (a prompt longer than the session can
+ * hold without a window), RILL_EFULL (not enough free pages for the prompt), RILL_ENOMEM, and
+ * forward-pass errors. On error nothing is left allocated and the pool is as before. Caller owns
+ * *out; destroy with rill_session_destroy() before the pool. */
+rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t *params,
+                            rill_session_t **out);
+
+/* Drops the session: releases its page references (pages nobody else holds return to the free
+ * list), frees it and sets *sp = NULL. NULL-safe. Forks of it are unaffected. */
+void rill_session_destroy(rill_session_t **sp);
+
+/* Appends tokens[0, n) at the next positions: runs the forward pass over them in chunks of the
+ * forward's max_batch (each chunk attends to everything before it), evicting window pages as
+ * needed, and keeps the logits of the last one (rill_session_logits). n == 0 is a no-op.
+ * Allocates nothing. Blocks for the forward pass.
+ * Errors (session and pool unchanged): RILL_EINVAL (NULL, n < 0, an id outside [0, n_vocab)),
+ * RILL_ERANGE (no window and n_resident + n > n_ctx), RILL_EFULL (the pool lacks the pages,
+ * counted in advance including copy-on-write). A forward-pass failure (RILL_E* of
+ * rill_forward_eval; not expected with valid ids) leaves the chunks before the failing one
+ * appended, drops the failing chunk, and invalidates the logits until the next append.
+ * Held-back text (rill_session_append_text) is not flushed: tokens appended while text is held
+ * go before it; call rill_session_flush_text() first to keep the order. */
+rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n);
+
+/* Appends UTF-8 text (any bytes) of len bytes, boundary-safe as described at the top: the
+ * stable part is tokenized and appended now, the tail is held in the session. Errors: as
+ * rill_session_append() (session unchanged, text not taken), RILL_EUNSUPPORTED (the pool has no
+ * tokenizer), RILL_ENOMEM (a text buffer could not grow; unchanged). */
+rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len);
+
+/* Tokenizes and appends all held-back text and ends the current text (see above). No-op when
+ * nothing is held. Errors: as rill_session_append_text(); on error the text stays held. */
+rill_err_t rill_session_flush_text(rill_session_t *s);
+
+/* Bytes of text held back now. */
+size_t rill_session_pending_text(const rill_session_t *s);
+
+/* Forks src: a new session sharing all of src's pages (one reference more each), with its
+ * tokens, logits, window policy, counters and held-back text. O(pages); copies no K/V.
+ * Errors: RILL_EINVAL, RILL_ENOMEM (src unchanged). Caller owns *out; destroy with
+ * rill_session_destroy(). */
+rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out);
+
+/* Keeps positions [0, pos) and drops the rest, releasing the pages past ceil(pos / P). When
+ * pos < n_resident, held-back text is discarded (it continued the dropped part) and the next
+ * text appended starts a new text. pos == n_resident is a no-op. The logits become those of
+ * position pos - 1, recomputed on demand by rill_session_logits() without writing any page. Errors:
+ * RILL_EINVAL (NULL, pos < 0 or pos > n_resident; unchanged). Allocates nothing. */
+rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos);
+
+/* The logits (n_vocab floats) of the last resident position. After a rollback they are
+ * recomputed here (one token through the forward pass, its K/V written to the pool's scratch
+ * page, not to the session's). Borrowed: valid until the next call on s.
+ * Errors: RILL_EINVAL (NULL), RILL_EAGAIN (the session holds no token), forward errors. */
+rill_err_t rill_session_logits(rill_session_t *s, const float **out);
+
+/* Called with each generated token id, in order; return false to stop after this token. */
+typedef bool (*rill_session_token_fn)(void *user, int32_t token);
+
+typedef struct rill_session_gen {
+    int32_t n_max;                  /* most tokens to generate (>= 0) */
+    rill_sampler_t *sampler;        /* borrowed; NULL: greedy (arg-max, lowest id on ties) */
+    bool stop_at_eog;               /* stop after an end-of-generation token (needs the pool's
+                                       tokenizer; ignored without one) */
+    rill_session_token_fn on_token; /* optional streaming callback */
+    void *user;                     /* passed to on_token */
+    int32_t *out;                   /* optional: receives the generated ids (room for n_max) */
+    int32_t n_out;                  /* set by the call: tokens generated */
+} rill_session_gen_t;
+
+/* Decodes on s: picks a token from the current logits (greedy or gen->sampler, which is told
+ * of each picked token with rill_sampler_accept), reports it, appends it (so it becomes part
+ * of the session, window included), and repeats until n_max tokens, the callback says stop, or
+ * an end-of-generation token when asked. Allocates nothing. Errors: RILL_EINVAL, RILL_EAGAIN
+ * (empty session), and those of rill_session_append() (gen->n_out then counts the tokens
+ * appended before the error). */
+rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen);
+
+/* Answers a question without changing s: forks s, appends question[0, n_q) to the fork,
+ * decodes with gen on the fork (see rill_session_generate), and destroys the fork. Held-back
+ * text of s is not part of the question's context (flush first to include it). Afterwards s is
+ * bit-identical to before (pages, K/V bytes, positions, logits). Errors: as
+ * rill_session_fork(), rill_session_append() (RILL_EFULL when the pool lacks the fork's pages)
+ * and rill_session_generate(); s is unchanged in every case. */
+rill_err_t rill_session_query(rill_session_t *s, const int32_t *question, int32_t n_q,
+                              rill_session_gen_t *gen);
+
+typedef struct rill_session_stats {
+    int64_t n_seen;       /* length of the session's token stream: tokens appended (prompt and
+                             generated included) minus those rolled back; evicted ones count */
+    int32_t n_resident;   /* tokens in the KV cache now */
+    int32_t n_sink;       /* resident sink tokens: min(S', n_resident) */
+    int64_t kept_from;    /* index in the stream of the first resident non-sink token
+                             (n_sink + n_evicted) */
+    int32_t pos_next;     /* position the next token gets (== n_resident) */
+    int32_t pages;        /* pages in the page table */
+    int32_t pages_shared; /* of those, pages with other references (forks) */
+    int64_t bytes;        /* KV bytes of those pages, all layers (shared pages counted whole) */
+    int64_t n_evicted;    /* tokens evicted by the window so far */
+    int32_t n_sink_cfg;   /* S' (sinks rounded up to pages) */
+    int32_t window_cfg;   /* W' (window rounded up to pages; 0: none) */
+} rill_session_stats_t;
+
+/* Fills *out. Does not block or allocate. */
+void rill_session_stats(const rill_session_t *s, rill_session_stats_t *out);
+
+/* The resident token ids by slot (n_resident of them; *n receives the count). Borrowed; valid
+ * until the next call that changes s. */
+const int32_t *rill_session_tokens(const rill_session_t *s, int32_t *n);
+
+/* The page table (*n entries, == ceil(n_resident / P)). Borrowed as rill_session_tokens(). */
+const int32_t *rill_session_pages(const rill_session_t *s, int32_t *n);
+
+/* The pool s belongs to. */
+rill_session_pool_t *rill_session_pool(rill_session_t *s);
+
+/* Detail of the last error returned on s. Borrowed; valid until the next call on s. */
+const char *rill_session_last_error(const rill_session_t *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_SESSION_H */

@@ -1,0 +1,537 @@
+/*
+ * session.c - sessions over the paged pool: append, window eviction with re-based positions,
+ * fork with copy-on-write, rollback, logits, generate, query, stats.
+ *
+ * Design. A session is a page table plus the ids of its resident tokens; slot s holds the token
+ * at position s (no holes, no per-slot positions), so a batch token is { pos = slot = s,
+ * n_kv = s + 1 } and the forward pass needs nothing else. Eviction keeps this true by moving
+ * page-table entries (not K/V) down and re-rotating the moved keys by the same delta.
+ *
+ * "RILL_EFULL changes nothing" is kept by planning: plan() walks exactly the steps append will
+ * take (evictions, copy-on-write of shared pages it will write or re-rotate, new pages) on
+ * counters only, and append starts only when the free list covers the worst point of the walk.
+ * Since frees (evicted pages nobody else holds) always come before the takes of the same step
+ * in both the plan and the execution, the plan is exact, and the execution asserts that every
+ * take succeeds.
+ *
+ * Copy-on-write is decided per page at the moment of writing: a page with refs > 1 is copied
+ * (all layers) and the copy replaces it in the writer's table. Writes are: storing K/V of new
+ * tokens into the last, partially filled page, and re-rotating kept pages after an eviction.
+ * Sink pages are never written after they fill, so forks share them for their whole life.
+ *
+ * Logits after a rollback are recomputed lazily by running the last resident token again with
+ * the page that holds it swapped for the pool's scratch page (a copy of it): the session's own
+ * pages, which forks may share, are never written for that.
+ *
+ * Rejected: per-slot positions (a position array per session and a holes-aware attention) to
+ * evict single tokens; page granularity is what DESIGN.md asks for and keeps attention simple.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rill_alloc.h"
+#include "rill_log.h"
+#include "session_internal.h"
+
+static int32_t ceil_div(int64_t a, int32_t b) {
+    return (int32_t)((a + b - 1) / b);
+}
+
+rill_err_t rill__session_fail(rill_session_t *s, rill_err_t err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+rill_session_params_t rill_session_default_params(void) {
+    rill_session_params_t p;
+    memset(&p, 0, sizeof p);
+    return p;
+}
+
+/* Allocates an empty session with the given (validated) geometry. */
+static rill_err_t session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32_t window_slots,
+                                int32_t evict_pages, rill_session_t **out) {
+    rill_session_t *s = rill_calloc(RILL_MEM_SESSIONS, 1, sizeof *s);
+    if (s == NULL) {
+        return RILL_ENOMEM;
+    }
+    s->pool = p;
+    s->sink_slots = sink_slots;
+    s->window_slots = window_slots;
+    s->evict_pages = evict_pages;
+    s->cap_slots = window_slots > 0 ? sink_slots + window_slots : p->n_ctx;
+    s->cap_pages = ceil_div(s->cap_slots, p->P);
+    s->pages = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->cap_pages * sizeof *s->pages);
+    s->shared = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->cap_pages * sizeof *s->shared);
+    s->tokens = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->cap_slots * sizeof *s->tokens);
+    s->logits = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->n_vocab * sizeof *s->logits);
+    if (s->pages == NULL || s->shared == NULL || s->tokens == NULL || s->logits == NULL) {
+        rill_free(s->pages);
+        rill_free(s->shared);
+        rill_free(s->tokens);
+        rill_free(s->logits);
+        rill_free(s);
+        return RILL_ENOMEM;
+    }
+    p->n_sessions++;
+    *out = s;
+    return RILL_OK;
+}
+
+rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t *params,
+                            rill_session_t **out) {
+    if (out == NULL) {
+        return RILL_EINVAL;
+    }
+    *out = NULL;
+    if (p == NULL) {
+        return RILL_EINVAL;
+    }
+    rill_session_params_t sp = params != NULL ? *params : rill_session_default_params();
+    int32_t P = p->P;
+    if (sp.n_sink < 0 || sp.window < 0 || sp.evict_pages < 0 || sp.n_prompt < 0 ||
+        (sp.n_prompt > 0 && sp.prompt == NULL) || sp.n_sink > p->n_ctx || sp.window > p->n_ctx) {
+        RILL_LOGE("session: invalid parameters (sinks %d, window %d, evict %d, prompt %d)",
+                  sp.n_sink, sp.window, sp.evict_pages, sp.n_prompt);
+        return RILL_EINVAL;
+    }
+    int32_t sink_slots = ceil_div(sp.n_sink, P) * P;
+    int32_t window_slots = ceil_div(sp.window, P) * P;
+    if (sink_slots > p->n_ctx ||
+        (window_slots > 0 && (int64_t)sink_slots + window_slots > (int64_t)p->n_ctx / P * P)) {
+        RILL_LOGE("session: sinks %d + window %d (rounded to pages of %d) exceed n_ctx %d",
+                  sp.n_sink, sp.window, P, p->n_ctx);
+        return RILL_EINVAL;
+    }
+    int32_t evict = sp.evict_pages;
+    if (window_slots > 0) {
+        if (evict == 0) {
+            evict = window_slots / P / 4 > 1 ? window_slots / P / 4 : 1;
+        }
+        if (evict > window_slots / P) {
+            RILL_LOGE("session: evict_pages %d exceeds the window's %d pages", evict,
+                      window_slots / P);
+            return RILL_EINVAL;
+        }
+    }
+    rill_session_t *s = NULL;
+    rill_err_t err = session_alloc(p, sink_slots, window_slots, evict, &s);
+    if (err != RILL_OK) {
+        return err;
+    }
+    if (sp.n_prompt > 0) {
+        err = rill_session_append(s, sp.prompt, sp.n_prompt);
+        if (err != RILL_OK) {
+            RILL_LOGE("session: system prompt: %s", s->err);
+            rill_session_destroy(&s);
+            return err;
+        }
+    }
+    *out = s;
+    return RILL_OK;
+}
+
+void rill_session_destroy(rill_session_t **sp) {
+    if (sp == NULL || *sp == NULL) {
+        return;
+    }
+    rill_session_t *s = *sp;
+    for (int32_t i = 0; i < s->n_pages; i++) {
+        rill__pool_release(s->pool, s->pages[i]);
+    }
+    s->pool->n_sessions--;
+    rill_free(s->pages);
+    rill_free(s->shared);
+    rill_free(s->tokens);
+    rill_free(s->logits);
+    rill_free(s->text);
+    rill_free(s->tbuf);
+    rill_free(s);
+    *sp = NULL;
+}
+
+/* ---- planning -------------------------------------------------------------------------------
+ */
+
+/* Walks the page effects of appending n tokens without changing anything: RILL_OK when the
+ * free list suffices at every step, RILL_EFULL (with the shortfall in s->err) otherwise. */
+static rill_err_t plan(rill_session_t *s, int64_t n) {
+    rill_session_pool_t *p = s->pool;
+    int32_t P = p->P;
+    int64_t free = p->n_free, worst = free;
+    int32_t n_pg = s->n_pages, cur = s->n;
+    for (int32_t i = 0; i < n_pg; i++) {
+        s->shared[i] = p->refs[s->pages[i]] > 1;
+    }
+    for (int64_t left = n; left > 0;) {
+        if (cur == s->cap_slots) {
+            int32_t first = s->sink_slots / P, k = s->evict_pages;
+            for (int32_t j = first; j < first + k; j++) {
+                free += !s->shared[j];
+            }
+            memmove(s->shared + first, s->shared + first + k, (size_t)(n_pg - first - k));
+            n_pg -= k;
+            cur -= k * P;
+            for (int32_t j = first; j < n_pg; j++) {
+                if (s->shared[j]) {
+                    free--; /* copied before it is re-rotated */
+                    s->shared[j] = false;
+                }
+            }
+            worst = free < worst ? free : worst;
+        }
+        int32_t m = left < s->cap_slots - cur ? (int32_t)left : s->cap_slots - cur;
+        if (cur % P != 0 && s->shared[cur / P]) {
+            free--; /* copied before the first write into it */
+            s->shared[cur / P] = false;
+        }
+        int32_t need = ceil_div((int64_t)cur + m, P);
+        for (; n_pg < need; n_pg++) {
+            s->shared[n_pg] = false;
+            free--;
+        }
+        worst = free < worst ? free : worst;
+        cur += m;
+        left -= m;
+    }
+    if (worst < 0) {
+        return rill__session_fail(s, RILL_EFULL,
+                                  "KV budget exhausted: %lld more page(s) needed (%d free of %d)",
+                                  (long long)-worst, p->n_free, p->n_pages);
+    }
+    return RILL_OK;
+}
+
+/* ---- page writes ----------------------------------------------------------------------------
+ */
+
+/* Gives s its own copy of table entry j when the page is shared. */
+static rill_err_t own_page(rill_session_t *s, int32_t j) {
+    rill_session_pool_t *p = s->pool;
+    int32_t old = s->pages[j];
+    if (p->refs[old] <= 1) {
+        return RILL_OK;
+    }
+    int32_t page = rill__pool_take(p);
+    rill_err_t err = rill__pool_copy_page(p, page, old);
+    if (err != RILL_OK) {
+        rill__pool_release(p, page);
+        return rill__session_fail(s, err, "copy-on-write of page %d failed", old);
+    }
+    rill__pool_release(p, old);
+    s->pages[j] = page;
+    return RILL_OK;
+}
+
+/* Drops evict_pages pages from the front of the full recent part and re-bases the rest. */
+static rill_err_t evict(rill_session_t *s) {
+    rill_session_pool_t *p = s->pool;
+    int32_t P = p->P, first = s->sink_slots / P, k = s->evict_pages;
+    for (int32_t j = first; j < first + k; j++) {
+        rill__pool_release(p, s->pages[j]);
+    }
+    memmove(s->pages + first, s->pages + first + k,
+            (size_t)(s->n_pages - first - k) * sizeof *s->pages);
+    memmove(s->tokens + first * P, s->tokens + (first + k) * P,
+            (size_t)(s->n - (first + k) * P) * sizeof *s->tokens);
+    s->n_pages -= k;
+    s->n -= k * P;
+    s->n_evicted += (int64_t)k * P;
+    rill_err_t err = RILL_OK;
+    for (int32_t j = first; j < s->n_pages && err == RILL_OK; j++) {
+        err = own_page(s, j);
+    }
+    for (int32_t l = 0; l < p->n_layer && err == RILL_OK && s->n_pages > first; l++) {
+        err = rill_backend_kv_rope_shift(p->be, &p->layout, rill_kv_cache_pool(p->kv, l),
+                                         s->pages + first, s->n_pages - first, -k * P, &p->rope);
+        if (err != RILL_OK) {
+            rill__session_fail(s, err, "re-rotating kept keys: %s", rill_backend_last_error(p->be));
+        }
+    }
+    return err;
+}
+
+/* Makes slots [n, n + m) writable: own the partially filled last page, take new pages. */
+static rill_err_t prepare_write(rill_session_t *s, int32_t m) {
+    rill_session_pool_t *p = s->pool;
+    if (s->n % p->P != 0) {
+        rill_err_t err = own_page(s, s->n / p->P);
+        if (err != RILL_OK) {
+            return err;
+        }
+    }
+    int32_t need = ceil_div((int64_t)s->n + m, p->P);
+    while (s->n_pages < need) {
+        s->pages[s->n_pages++] = rill__pool_take(p);
+    }
+    return RILL_OK;
+}
+
+/* Releases table entries past what n tokens need. */
+static void trim_pages(rill_session_t *s) {
+    int32_t keep = ceil_div(s->n, s->pool->P);
+    while (s->n_pages > keep) {
+        rill__pool_release(s->pool, s->pages[--s->n_pages]);
+    }
+}
+
+rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
+        return RILL_EINVAL;
+    }
+    rill_session_pool_t *p = s->pool;
+    for (int32_t i = 0; i < n; i++) {
+        if (tokens[i] < 0 || tokens[i] >= p->n_vocab) {
+            return rill__session_fail(s, RILL_EINVAL, "token %d at index %d is outside [0, %d)",
+                                      tokens[i], i, p->n_vocab);
+        }
+    }
+    if (n == 0) {
+        return RILL_OK;
+    }
+    if (s->window_slots == 0 && (int64_t)s->n + n > s->cap_slots) {
+        return rill__session_fail(s, RILL_ERANGE,
+                                  "%d + %d tokens exceed the context of %d (no window)", s->n, n,
+                                  s->cap_slots);
+    }
+    rill_err_t err = plan(s, n);
+    if (err != RILL_OK) {
+        return err;
+    }
+    for (int32_t done = 0; done < n;) {
+        if (s->n == s->cap_slots) {
+            err = evict(s);
+            if (err != RILL_OK) {
+                s->logits_valid = false;
+                return err;
+            }
+        }
+        int32_t m = n - done;
+        m = m < s->cap_slots - s->n ? m : s->cap_slots - s->n;
+        m = m < p->max_batch ? m : p->max_batch;
+        err = prepare_write(s, m);
+        if (err != RILL_OK) {
+            trim_pages(s);
+            s->logits_valid = false;
+            return err;
+        }
+        for (int32_t i = 0; i < m; i++) {
+            int32_t slot = s->n + i;
+            p->btok[i] =
+                (rill_batch_token_t){ .seq = 0, .pos = slot, .slot = slot, .n_kv = slot + 1 };
+        }
+        rill_page_table_t pt = { s->pages, s->n_pages };
+        rill_batch_t b = { .n_tok = m, .tok = p->btok, .n_seq = 1, .seq = &pt };
+        bool last = done + m == n;
+        int32_t row = m - 1;
+        err = rill_forward_eval(p->fw, p->kv, &b, tokens + done, &row, last ? 1 : 0,
+                                last ? s->logits : NULL);
+        if (err != RILL_OK) {
+            trim_pages(s);
+            s->logits_valid = false;
+            return rill__session_fail(s, err, "forward pass: %s", rill_forward_last_error(p->fw));
+        }
+        memcpy(s->tokens + s->n, tokens + done, (size_t)m * sizeof *tokens);
+        s->n += m;
+        done += m;
+        s->logits_valid = last;
+    }
+    return RILL_OK;
+}
+
+rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
+    if (out == NULL) {
+        return RILL_EINVAL;
+    }
+    *out = NULL;
+    if (src == NULL) {
+        return RILL_EINVAL;
+    }
+    rill_session_pool_t *p = src->pool;
+    rill_session_t *s = NULL;
+    rill_err_t err = session_alloc(p, src->sink_slots, src->window_slots, src->evict_pages, &s);
+    if (err != RILL_OK) {
+        return rill__session_fail(src, err, "fork: out of memory");
+    }
+    if (src->text_len > 0) {
+        s->text = rill_malloc(RILL_MEM_SESSIONS, src->text_len);
+        if (s->text == NULL) {
+            rill_session_destroy(&s);
+            return rill__session_fail(src, RILL_ENOMEM, "fork: out of memory");
+        }
+        memcpy(s->text, src->text, src->text_len);
+        s->text_len = s->text_cap = src->text_len;
+    }
+    s->text_started = src->text_started;
+    memcpy(s->pages, src->pages, (size_t)src->n_pages * sizeof *s->pages);
+    memcpy(s->tokens, src->tokens, (size_t)src->n * sizeof *s->tokens);
+    memcpy(s->logits, src->logits, (size_t)p->n_vocab * sizeof *s->logits);
+    s->n_pages = src->n_pages;
+    s->n = src->n;
+    s->n_evicted = src->n_evicted;
+    s->logits_valid = src->logits_valid;
+    for (int32_t i = 0; i < s->n_pages; i++) {
+        p->refs[s->pages[i]]++;
+    }
+    *out = s;
+    return RILL_OK;
+}
+
+rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos) {
+    if (s == NULL) {
+        return RILL_EINVAL;
+    }
+    if (pos < 0 || pos > s->n) {
+        return rill__session_fail(s, RILL_EINVAL, "rollback to %d outside [0, %d]", pos, s->n);
+    }
+    if (pos == s->n) {
+        return RILL_OK;
+    }
+    s->n = pos;
+    trim_pages(s);
+    s->logits_valid = false;
+    s->text_len = 0;
+    s->text_started = false;
+    return RILL_OK;
+}
+
+rill_err_t rill_session_logits(rill_session_t *s, const float **out) {
+    if (s == NULL || out == NULL) {
+        return RILL_EINVAL;
+    }
+    *out = NULL;
+    if (s->n == 0) {
+        return rill__session_fail(s, RILL_EAGAIN, "the session holds no token");
+    }
+    if (!s->logits_valid) {
+        rill_session_pool_t *p = s->pool;
+        int32_t slot = s->n - 1, j = slot / p->P;
+        memcpy(p->tmp_pages, s->pages, (size_t)s->n_pages * sizeof *s->pages);
+        p->tmp_pages[j] = p->scratch_page;
+        rill_err_t err = rill__pool_copy_page(p, p->scratch_page, s->pages[j]);
+        if (err != RILL_OK) {
+            return rill__session_fail(s, err, "copy to the scratch page failed");
+        }
+        p->btok[0] = (rill_batch_token_t){ .seq = 0, .pos = slot, .slot = slot, .n_kv = slot + 1 };
+        rill_page_table_t pt = { p->tmp_pages, s->n_pages };
+        rill_batch_t b = { .n_tok = 1, .tok = p->btok, .n_seq = 1, .seq = &pt };
+        int32_t row = 0;
+        err = rill_forward_eval(p->fw, p->kv, &b, s->tokens + slot, &row, 1, s->logits);
+        if (err != RILL_OK) {
+            return rill__session_fail(s, err, "forward pass: %s", rill_forward_last_error(p->fw));
+        }
+        s->logits_valid = true;
+    }
+    *out = s->logits;
+    return RILL_OK;
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) {
+        if (x[i] > x[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
+rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen) {
+    if (s == NULL || gen == NULL || gen->n_max < 0) {
+        return RILL_EINVAL;
+    }
+    gen->n_out = 0;
+    rill_session_pool_t *p = s->pool;
+    for (int32_t i = 0; i < gen->n_max; i++) {
+        const float *logits = NULL;
+        rill_err_t err = rill_session_logits(s, &logits);
+        if (err != RILL_OK) {
+            return err;
+        }
+        int32_t tok;
+        if (gen->sampler != NULL) {
+            err = rill_sampler_sample(gen->sampler, logits, &tok);
+            if (err != RILL_OK) {
+                return rill__session_fail(s, err, "sampler failed");
+            }
+            rill_sampler_accept(gen->sampler, tok);
+        } else {
+            tok = argmax(logits, p->n_vocab);
+        }
+        err = rill_session_append(s, &tok, 1);
+        if (err != RILL_OK) {
+            return err;
+        }
+        if (gen->out != NULL) {
+            gen->out[i] = tok;
+        }
+        gen->n_out++;
+        bool stop = gen->on_token != NULL && !gen->on_token(gen->user, tok);
+        if (stop || (gen->stop_at_eog && p->tok != NULL && rill_tokenizer_is_eog(p->tok, tok))) {
+            break;
+        }
+    }
+    return RILL_OK;
+}
+
+rill_err_t rill_session_query(rill_session_t *s, const int32_t *question, int32_t n_q,
+                              rill_session_gen_t *gen) {
+    if (s == NULL || gen == NULL || n_q < 0 || (n_q > 0 && question == NULL)) {
+        return RILL_EINVAL;
+    }
+    gen->n_out = 0;
+    rill_session_t *f = NULL;
+    rill_err_t err = rill_session_fork(s, &f);
+    if (err != RILL_OK) {
+        return err;
+    }
+    err = rill_session_append(f, question, n_q);
+    if (err == RILL_OK) {
+        err = rill_session_generate(f, gen);
+    }
+    if (err != RILL_OK) {
+        memcpy(s->err, f->err, sizeof s->err);
+    }
+    rill_session_destroy(&f);
+    return err;
+}
+
+void rill_session_stats(const rill_session_t *s, rill_session_stats_t *out) {
+    const rill_session_pool_t *p = s->pool;
+    memset(out, 0, sizeof *out);
+    out->n_resident = s->n;
+    out->n_sink = s->n < s->sink_slots ? s->n : s->sink_slots;
+    out->n_evicted = s->n_evicted;
+    out->n_seen = s->n_evicted + s->n;
+    out->kept_from = out->n_sink + s->n_evicted;
+    out->pos_next = s->n;
+    out->pages = s->n_pages;
+    for (int32_t i = 0; i < s->n_pages; i++) {
+        out->pages_shared += p->refs[s->pages[i]] > 1;
+    }
+    out->bytes = (int64_t)s->n_pages * p->page_bytes * p->n_layer;
+    out->n_sink_cfg = s->sink_slots;
+    out->window_cfg = s->window_slots;
+}
+
+const int32_t *rill_session_tokens(const rill_session_t *s, int32_t *n) {
+    *n = s->n;
+    return s->tokens;
+}
+
+const int32_t *rill_session_pages(const rill_session_t *s, int32_t *n) {
+    *n = s->n_pages;
+    return s->pages;
+}
+
+rill_session_pool_t *rill_session_pool(rill_session_t *s) {
+    return s->pool;
+}
+
+const char *rill_session_last_error(const rill_session_t *s) {
+    return s->err;
+}
