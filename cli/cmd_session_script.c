@@ -14,7 +14,14 @@
  *   drop NAME                       destroy the session
  *   logits NAME                     the last position's logits: n_vocab floats on one line
  *   generate NAME N                 greedy, N tokens appended to the session; ids on one line
- *   snapshot NAME PATH, restore NAME PATH   (not implemented yet: an error)
+ *   snapshot NAME PATH              write NAME's snapshot to PATH (atomically; NAME's ingest log,
+ *                                   if any, is fsynced first)
+ *   restore NAME PATH [log LOG [POLICY]]
+ *                                   a new session NAME from the snapshot PATH ('-': none, then
+ *                                   from the log alone), replaying the ingest log LOG after it;
+ *                                   NAME then keeps appending to LOG
+ *   log NAME LOG [POLICY]           start an ingest log for NAME in the new file LOG; POLICY is
+ *                                   the fsync policy: always, everysec (default) or never
  *   stats NAME                      one JSON line
  * Blank lines and lines starting with '#' are ignored. The first failing line stops the script
  * with a message naming it (exit 1).
@@ -154,6 +161,23 @@ static int session_error(script_t *sc, named_t *n, rill_err_t err) {
     return fail(sc, "%s: %s", rill_err_name(err),
                 n->s != NULL && rill_session_last_error(n->s)[0] ? rill_session_last_error(n->s)
                                                                  : rill_strerror(err));
+}
+
+/* An fsync policy name; NULL (absent) keeps *out. */
+static bool parse_policy(const char *w, rill_session_fsync_t *out) {
+    if (w == NULL) {
+        return true;
+    }
+    if (strcmp(w, "always") == 0) {
+        *out = RILL_SESSION_FSYNC_ALWAYS;
+    } else if (strcmp(w, "everysec") == 0) {
+        *out = RILL_SESSION_FSYNC_EVERYSEC;
+    } else if (strcmp(w, "never") == 0) {
+        *out = RILL_SESSION_FSYNC_NEVER;
+    } else {
+        return false;
+    }
+    return true;
 }
 
 static named_t *need(script_t *sc, const char *name) {
@@ -323,8 +347,57 @@ static int run_line(script_t *sc, char *line) {
                rill_session_pending_text(n->s));
         return 0;
     }
-    if (strcmp(cmd, "snapshot") == 0 || strcmp(cmd, "restore") == 0) {
-        return fail(sc, "%s: not implemented yet (durability is still to come)", cmd);
+    if (strcmp(cmd, "snapshot") == 0) {
+        named_t *n = need(sc, word(&p));
+        char *path = word(&p);
+        if (n == NULL) {
+            return 1;
+        }
+        if (path == NULL || word(&p) != NULL) {
+            return fail(sc, "usage: snapshot NAME PATH");
+        }
+        err = rill_session_snapshot(n->s, path);
+        return err == RILL_OK ? 0 : session_error(sc, n, err);
+    }
+    if (strcmp(cmd, "log") == 0) {
+        named_t *n = need(sc, word(&p));
+        char *path = word(&p);
+        rill_session_fsync_t policy = RILL_SESSION_FSYNC_EVERYSEC;
+        if (n == NULL) {
+            return 1;
+        }
+        if (path == NULL || !parse_policy(word(&p), &policy) || word(&p) != NULL) {
+            return fail(sc, "usage: log NAME LOG [always|everysec|never]");
+        }
+        err = rill_session_open_log(n->s, path, policy);
+        return err == RILL_OK ? 0 : session_error(sc, n, err);
+    }
+    if (strcmp(cmd, "restore") == 0) {
+        char *name = word(&p), *path = word(&p), *kw = word(&p), *log = NULL;
+        rill_session_fsync_t policy = RILL_SESSION_FSYNC_EVERYSEC;
+        if (kw != NULL && strcmp(kw, "log") == 0) {
+            log = word(&p);
+        }
+        if (name == NULL || path == NULL || (kw != NULL && log == NULL) ||
+            !parse_policy(word(&p), &policy) || word(&p) != NULL ||
+            (strcmp(path, "-") == 0 && log == NULL)) {
+            return fail(sc, "usage: restore NAME PATH|- [log LOG [always|everysec|never]]");
+        }
+        if (find(sc, name) != NULL) {
+            return fail(sc, "session '%s' exists", name);
+        }
+        named_t *n = add(sc, name);
+        if (n == NULL) {
+            return fail(sc, "too many sessions");
+        }
+        char msg[512];
+        err = rill_session_restore(sc->pool, strcmp(path, "-") == 0 ? NULL : path, log, policy,
+                                   &n->s, msg, sizeof msg);
+        if (err != RILL_OK) {
+            forget(n);
+            return fail(sc, "restore: %s: %s", rill_err_name(err), msg);
+        }
+        return 0;
     }
     return fail(sc, "unknown command '%s'", cmd);
 }
@@ -383,7 +456,16 @@ int cmd_session_script(int argc, char **argv) {
     int rc = cli_parse(argc, argv, 1, opts, "rill session-script [--model FILE] SCRIPT",
                        "Runs session commands from SCRIPT ('-' = stdin), one per line: new, "
                        "append, append-text,\nfork, rollback, drop, logits, generate, snapshot, "
-                       "restore, stats (see cli/cmd_session_script.c).",
+                       "restore, log, stats (see\ncli/cmd_session_script.c). Durability:\n"
+                       "  log NAME LOG [always|everysec|never]   start an ingest log for NAME "
+                       "(a new file)\n"
+                       "  snapshot NAME PATH                     write NAME's snapshot "
+                       "atomically\n"
+                       "  restore NAME PATH|- [log LOG [POLICY]] new session NAME from snapshot "
+                       "PATH\n"
+                       "                                         ('-': none) replaying LOG after "
+                       "it; NAME\n"
+                       "                                         keeps appending to LOG",
                        pos, 1, &n_pos);
     if (rc != 0) {
         return rc == 1 ? 0 : 2;

@@ -49,6 +49,24 @@
  * turned into the tokenizer's own space prefix). A flush is a text boundary: text appended after
  * it is tokenized as a new text (SPM: it gets the space prefix again).
  *
+ * Durability (DESIGN.md section 4; file formats in docs/architecture.md, "Sessions:
+ * durability"). Every input call (append, append_text, flush_text, rollback; generate appends
+ * through append) has a sequence number, rill_session_seq(). With an ingest log open
+ * (rill_session_open_log), the call first writes one record of its raw input (text as text, not
+ * the tokens derived from it) with its sequence number and a CRC-32C, then applies it; a call
+ * that fails removes its record again. A call that returned RILL_OK is acknowledged: its record
+ * is in the file, so it survives the process being killed; under RILL_SESSION_FSYNC_ALWAYS it
+ * was also fsynced, so it survives the machine. A snapshot (rill_session_snapshot) writes the
+ * session's metadata and page contents, with checksums, atomically (temporary file, fsync,
+ * rename). rill_session_restore() loads a snapshot into fresh pages and replays the log records
+ * after the snapshot's sequence number, or rebuilds a session from its log alone. A torn last
+ * record (a crash in the middle of a write) is dropped with a warning; damage anywhere else is an
+ * error (RILL_ECORRUPT with the byte offset), as is a snapshot of another model (RILL_EUNSUPPORTED)
+ * or a truncated one (RILL_EFORMAT). Forks are not logged: a fork starts with no log and a new
+ * identity, so a fork that must survive a crash opens its own log and takes a snapshot. The
+ * durability calls follow the thread rule below (one thread at a time per pool); a log file is
+ * locked (flock) by the one session that has it open.
+ *
  * Memory. The pool allocates its KV cache and tables at creation; a session allocates its page
  * table, token array and logits (n_vocab floats) at creation or fork. Appending tokens, decoding
  * and evicting allocate nothing; text append grows the session's text buffers only when a
@@ -153,7 +171,8 @@ rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t 
                             rill_session_t **out);
 
 /* Drops the session: releases its page references (pages nobody else holds return to the free
- * list), frees it and sets *sp = NULL. NULL-safe. Forks of it are unaffected. */
+ * list), closes its ingest log as rill_session_close_log() does (an fsync error is logged),
+ * frees it and sets *sp = NULL. NULL-safe. Forks of it are unaffected. */
 void rill_session_destroy(rill_session_t **sp);
 
 /* Appends tokens[0, n) at the next positions: runs the forward pass over them in chunks of the
@@ -162,9 +181,11 @@ void rill_session_destroy(rill_session_t **sp);
  * Allocates nothing. Blocks for the forward pass.
  * Errors (session and pool unchanged): RILL_EINVAL (NULL, n < 0, an id outside [0, n_vocab)),
  * RILL_ERANGE (no window and n_resident + n > n_ctx), RILL_EFULL (the pool lacks the pages,
- * counted in advance including copy-on-write). A forward-pass failure (RILL_E* of
+ * counted in advance including copy-on-write), RILL_EIO (s has a log and the record could not be
+ * written). A forward-pass failure (RILL_E* of
  * rill_forward_eval; not expected with valid ids) leaves the chunks before the failing one
- * appended, drops the failing chunk, and invalidates the logits until the next append.
+ * appended, drops the failing chunk, and invalidates the logits until the next append (its log
+ * record is removed: the log then lacks the chunks that were kept).
  * Held-back text (rill_session_append_text) is not flushed: tokens appended while text is held
  * go before it; call rill_session_flush_text() first to keep the order. */
 rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n);
@@ -172,18 +193,21 @@ rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t
 /* Appends UTF-8 text (any bytes) of len bytes, boundary-safe as described at the top: the
  * stable part is tokenized and appended now, the tail is held in the session. Errors: as
  * rill_session_append() (session unchanged, text not taken), RILL_EUNSUPPORTED (the pool has no
- * tokenizer), RILL_ENOMEM (a text buffer could not grow; unchanged). */
+ * tokenizer), RILL_ENOMEM (a text buffer could not grow; unchanged). With a log, the record
+ * holds the text as given, not its tokens. */
 rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len);
 
 /* Tokenizes and appends all held-back text and ends the current text (see above). No-op when
- * nothing is held. Errors: as rill_session_append_text(); on error the text stays held. */
+ * nothing is held and no text is in progress (otherwise an input call, logged). Errors: as
+ * rill_session_append_text(); on error the text stays held. */
 rill_err_t rill_session_flush_text(rill_session_t *s);
 
 /* Bytes of text held back now. */
 size_t rill_session_pending_text(const rill_session_t *s);
 
 /* Forks src: a new session sharing all of src's pages (one reference more each), with its
- * tokens, logits, window policy, counters and held-back text. O(pages); copies no K/V.
+ * tokens, logits, window policy, counters, sequence number and held-back text. O(pages); copies
+ * no K/V. The fork has no ingest log and a new identity (its own log would not replay src's).
  * Errors: RILL_EINVAL, RILL_ENOMEM (src unchanged). Caller owns *out; destroy with
  * rill_session_destroy(). */
 rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out);
@@ -192,7 +216,8 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out);
  * pos < n_resident, held-back text is discarded (it continued the dropped part) and the next
  * text appended starts a new text. pos == n_resident is a no-op. The logits become those of
  * position pos - 1, recomputed on demand by rill_session_logits() without writing any page. Errors:
- * RILL_EINVAL (NULL, pos < 0 or pos > n_resident; unchanged). Allocates nothing. */
+ * RILL_EINVAL (NULL, pos < 0 or pos > n_resident; unchanged), RILL_EIO (the log record could not
+ * be written; unchanged). Allocates nothing. */
 rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos);
 
 /* The logits (n_vocab floats) of the last resident position. After a rollback they are
@@ -263,6 +288,94 @@ rill_session_pool_t *rill_session_pool(rill_session_t *s);
 
 /* Detail of the last error returned on s. Borrowed; valid until the next call on s. */
 const char *rill_session_last_error(const rill_session_t *s);
+
+/* ---- durability ---------------------------------------------------------------------------- */
+
+/* When an ingest log is fsynced (fdatasync). Whatever the policy, a record is written (in the
+ * operating system's page cache) before its call returns, so killing the process loses no
+ * acknowledged input; the policy decides what a power loss or kernel crash may lose. */
+typedef enum rill_session_fsync {
+    RILL_SESSION_FSYNC_EVERYSEC = 0, /* default: fsync on an input call when at least 1 s has
+                                        passed since the last fsync, and on sync / close; a
+                                        machine crash may lose the last second of input */
+    RILL_SESSION_FSYNC_ALWAYS = 1,   /* every record before its call returns: one fsync per
+                                        input call; nothing acknowledged is ever lost */
+    RILL_SESSION_FSYNC_NEVER = 2     /* never (the operating system writes back when it likes) */
+} rill_session_fsync_t;
+
+/* Starts an ingest log for s in a new file at path (it must not exist): writes the header (the
+ * model fingerprint, s's window policy and identity, the sequence number of the first record =
+ * rill_session_seq(s) + 1), fsyncs the file and its directory, and takes an exclusive lock
+ * (flock) on it for as long as it is open. From then on every input call on s writes its record
+ * first (see "Durability" at the top); a call that cannot write it fails with RILL_EIO and
+ * changes nothing. A log already open on s is synced and closed once the new one is open (on
+ * error it stays). To be able to restore from the log alone, open it before the first input
+ * (create the session without a prompt, open the log, then append the prompt); otherwise take a
+ * snapshot after opening it. Errors: RILL_EINVAL (NULL, unknown policy), RILL_EEXIST (path
+ * exists), RILL_ENOTFOUND (no such directory), RILL_EPERM, RILL_EIO, RILL_ENOMEM; on error s is
+ * unchanged and no file is left at path. Blocks on the file system. */
+rill_err_t rill_session_open_log(rill_session_t *s, const char *path, rill_session_fsync_t policy);
+
+/* Fsyncs s's log now, whatever its policy. RILL_OK without a log. Errors: RILL_EIO; the log is
+ * then unusable (input calls fail with RILL_EIO) until it is closed or replaced. Blocks. */
+rill_err_t rill_session_sync_log(rill_session_t *s);
+
+/* Closes s's log, fsynced first unless its policy is NEVER; later input is not logged (a log
+ * that is not continued can still be restored from). rill_session_destroy() does the same.
+ * RILL_OK without a log. Errors: RILL_EIO from the fsync (the log is closed anyway). */
+rill_err_t rill_session_close_log(rill_session_t *s);
+
+/* True when s has an ingest log open. */
+bool rill_session_has_log(const rill_session_t *s);
+
+/* Sequence number of the last input call applied to s (0: none yet). It counts with or without
+ * a log; a fork inherits it, a snapshot records it, restore continues it. */
+int64_t rill_session_seq(const rill_session_t *s);
+
+/* Writes a snapshot of s to path, atomically (path.tmp.PID, fsync, rename over path, fsync of
+ * the directory): the model fingerprint, s's window policy, counters, identity and sequence
+ * number, resident tokens, held-back text, logits (when valid), and every layer's K and V of
+ * every page in s's table, each part with a CRC-32C. s's log, if any, is fsynced first so that
+ * it holds every record the snapshot covers. s is not changed. Shared pages are written whole;
+ * a restore gives the session pages of its own. Size: pages * rill_session_pool_page_bytes()
+ * plus 4 * (n_resident + n_vocab) plus the held-back text and 200 bytes.
+ * Errors: RILL_EINVAL (NULL), RILL_ENOMEM, RILL_ENOTFOUND (no such directory), RILL_EPERM,
+ * RILL_EIO, backend errors of rill_backend_copy_out; on error the file at path (if any) is
+ * unchanged and no temporary file is left, except when only the final fsync of the directory
+ * fails (RILL_EIO): the new snapshot is then in place but may not survive a power loss. Allocates
+ * one page of host memory for the call. Blocks on copies and the file system. */
+rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
+
+/* Rebuilds a session in pool p. With snapshot_path: loads the snapshot into fresh pages of p
+ * (none shared). With log_path: then replays the log records after the session's sequence
+ * number through the calls that wrote them, drops a torn last record (warning logged, and the
+ * file cut after the last whole record), and keeps the log open on the new session with
+ * `policy`, so that it continues the same log; without snapshot_path the session is built from
+ * the log alone (window policy from its header; its first record must be record 1). When the
+ * log ends before the snapshot's sequence number (it lost records the snapshot holds, e.g. with
+ * FSYNC_NEVER and a power loss), it is replaced, atomically, by an empty log that continues
+ * after the snapshot. Either path may be NULL, not both.
+ * The result is the saved session: same tokens, positions, counters, held-back text, logits
+ * (bit for bit) and K/V bytes; replayed records recompute what they computed before (bit for
+ * bit with the same backend and forward max_batch). Its identity is the saved one; its log, if
+ * any, is locked as by rill_session_open_log().
+ * Errors (on every one: *out = NULL, nothing left allocated, p as before, the files unchanged
+ * except that a torn log tail may have been cut, and a message in err[0, errlen) when err !=
+ * NULL):
+ *   RILL_EINVAL (NULL p or out, both paths NULL, unknown policy; a log of another session, with
+ *   another window policy, or missing records between the snapshot and its first record),
+ *   RILL_ENOTFOUND (a file does not exist), RILL_EBUSY (the log is open elsewhere), RILL_EIO,
+ *   RILL_EFORMAT (not a rill snapshot or log, truncated snapshot or log header, inconsistent
+ *   sizes), RILL_ECORRUPT (a checksum mismatch anywhere in the snapshot, or in the log before
+ *   its last record; the message gives the byte offset), RILL_EUNSUPPORTED (a format version
+ *   this build does not read; written for another model, KV element type or page size),
+ *   RILL_ERANGE (the session does not fit p's context), RILL_EFULL (p lacks the pages the
+ *   snapshot or the replay needs), RILL_ENOMEM, and the errors of replayed calls.
+ * Caller owns *out; destroy with rill_session_destroy(). Blocks (reads, copies, forward passes
+ * of the replay). */
+rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_path,
+                                const char *log_path, rill_session_fsync_t policy,
+                                rill_session_t **out, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -23,12 +23,19 @@
  * the page that holds it swapped for the pool's scratch page (a copy of it): the session's own
  * pages, which forks may share, are never written for that.
  *
+ * Input calls (append, rollback here; text in text.c) are split in two: rill__session_* does
+ * the work, and the public function wraps it in a log record (log.c): check what can be checked,
+ * write the record, apply, then rill__log_settle() keeps or removes the record. Replay calls the
+ * rill__ half, so it never writes the log it is reading.
+ *
  * Rejected: per-slot positions (a position array per session and a holes-aware attention) to
  * evict single tokens; page granularity is what DESIGN.md asks for and keeps attention simple.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "rill_alloc.h"
 #include "rill_log.h"
@@ -52,9 +59,22 @@ rill_session_params_t rill_session_default_params(void) {
     return p;
 }
 
-/* Allocates an empty session with the given (validated) geometry. */
-static rill_err_t session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32_t window_slots,
-                                int32_t evict_pages, rill_session_t **out) {
+/* A 64-bit identity unlikely to repeat across processes and time (splitmix64 of the clock, the
+ * process id, an address and a counter). Never 0. */
+static uint64_t new_uid(const void *salt) {
+    static _Atomic uint64_t counter;
+    uint64_t x = rill_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt ^
+                 (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x != 0 ? x : 1;
+}
+
+rill_err_t rill__session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32_t window_slots,
+                               int32_t evict_pages, rill_session_t **out) {
     rill_session_t *s = rill_calloc(RILL_MEM_SESSIONS, 1, sizeof *s);
     if (s == NULL) {
         return RILL_ENOMEM;
@@ -77,6 +97,7 @@ static rill_err_t session_alloc(rill_session_pool_t *p, int32_t sink_slots, int3
         rill_free(s);
         return RILL_ENOMEM;
     }
+    s->uid = new_uid(s);
     p->n_sessions++;
     *out = s;
     return RILL_OK;
@@ -119,7 +140,7 @@ rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t 
         }
     }
     rill_session_t *s = NULL;
-    rill_err_t err = session_alloc(p, sink_slots, window_slots, evict, &s);
+    rill_err_t err = rill__session_alloc(p, sink_slots, window_slots, evict, &s);
     if (err != RILL_OK) {
         return err;
     }
@@ -140,6 +161,7 @@ void rill_session_destroy(rill_session_t **sp) {
         return;
     }
     rill_session_t *s = *sp;
+    rill__log_close(s);
     for (int32_t i = 0; i < s->n_pages; i++) {
         rill__pool_release(s->pool, s->pages[i]);
     }
@@ -279,10 +301,8 @@ static void trim_pages(rill_session_t *s) {
     }
 }
 
-rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
-        return RILL_EINVAL;
-    }
+/* Every check of an append that can be made before anything changes (n > 0). */
+static rill_err_t check_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
     rill_session_pool_t *p = s->pool;
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= p->n_vocab) {
@@ -290,18 +310,18 @@ rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t
                                       tokens[i], i, p->n_vocab);
         }
     }
-    if (n == 0) {
-        return RILL_OK;
-    }
     if (s->window_slots == 0 && (int64_t)s->n + n > s->cap_slots) {
         return rill__session_fail(s, RILL_ERANGE,
                                   "%d + %d tokens exceed the context of %d (no window)", s->n, n,
                                   s->cap_slots);
     }
-    rill_err_t err = plan(s, n);
-    if (err != RILL_OK) {
-        return err;
-    }
+    return plan(s, n);
+}
+
+/* The append itself, after check_append() succeeded. */
+static rill_err_t append_checked(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    rill_session_pool_t *p = s->pool;
+    rill_err_t err = RILL_OK;
     for (int32_t done = 0; done < n;) {
         if (s->n == s->cap_slots) {
             err = evict(s);
@@ -343,6 +363,36 @@ rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t
     return RILL_OK;
 }
 
+rill_err_t rill__session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
+        return RILL_EINVAL;
+    }
+    if (n == 0) {
+        return RILL_OK;
+    }
+    rill_err_t err = check_append(s, tokens, n);
+    return err == RILL_OK ? append_checked(s, tokens, n) : err;
+}
+
+rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
+        return RILL_EINVAL;
+    }
+    if (n == 0) {
+        return RILL_OK;
+    }
+    /* Checked before the record is written, so that a call refused for its arguments or the
+     * budget costs no write (and no fsync under FSYNC_ALWAYS). */
+    rill_err_t err = check_append(s, tokens, n);
+    if (err == RILL_OK) {
+        err = rill__log_write(s, RILL__REC_TOKENS, tokens, (size_t)n * sizeof *tokens);
+        if (err == RILL_OK) {
+            err = rill__log_settle(s, append_checked(s, tokens, n));
+        }
+    }
+    return err;
+}
+
 rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     if (out == NULL) {
         return RILL_EINVAL;
@@ -353,7 +403,8 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     }
     rill_session_pool_t *p = src->pool;
     rill_session_t *s = NULL;
-    rill_err_t err = session_alloc(p, src->sink_slots, src->window_slots, src->evict_pages, &s);
+    rill_err_t err =
+        rill__session_alloc(p, src->sink_slots, src->window_slots, src->evict_pages, &s);
     if (err != RILL_OK) {
         return rill__session_fail(src, err, "fork: out of memory");
     }
@@ -373,6 +424,7 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     s->n_pages = src->n_pages;
     s->n = src->n;
     s->n_evicted = src->n_evicted;
+    s->seq = src->seq;
     s->logits_valid = src->logits_valid;
     for (int32_t i = 0; i < s->n_pages; i++) {
         p->refs[s->pages[i]]++;
@@ -381,22 +433,46 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     return RILL_OK;
 }
 
-rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos) {
-    if (s == NULL) {
-        return RILL_EINVAL;
-    }
+static rill_err_t check_rollback(rill_session_t *s, int32_t pos) {
     if (pos < 0 || pos > s->n) {
         return rill__session_fail(s, RILL_EINVAL, "rollback to %d outside [0, %d]", pos, s->n);
     }
-    if (pos == s->n) {
-        return RILL_OK;
-    }
+    return RILL_OK;
+}
+
+static void rollback_checked(rill_session_t *s, int32_t pos) {
     s->n = pos;
     trim_pages(s);
     s->logits_valid = false;
     s->text_len = 0;
     s->text_started = false;
-    return RILL_OK;
+}
+
+rill_err_t rill__session_rollback(rill_session_t *s, int32_t pos) {
+    if (s == NULL) {
+        return RILL_EINVAL;
+    }
+    rill_err_t err = check_rollback(s, pos);
+    if (err == RILL_OK && pos < s->n) {
+        rollback_checked(s, pos);
+    }
+    return err;
+}
+
+rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos) {
+    if (s == NULL) {
+        return RILL_EINVAL;
+    }
+    rill_err_t err = check_rollback(s, pos);
+    if (err != RILL_OK || pos == s->n) {
+        return err;
+    }
+    err = rill__log_write(s, RILL__REC_ROLLBACK, &pos, sizeof pos);
+    if (err == RILL_OK) {
+        rollback_checked(s, pos);
+        err = rill__log_settle(s, RILL_OK);
+    }
+    return err;
 }
 
 rill_err_t rill_session_logits(rill_session_t *s, const float **out) {
@@ -534,4 +610,12 @@ rill_session_pool_t *rill_session_pool(rill_session_t *s) {
 
 const char *rill_session_last_error(const rill_session_t *s) {
     return s->err;
+}
+
+int64_t rill_session_seq(const rill_session_t *s) {
+    return s->seq;
+}
+
+bool rill_session_has_log(const rill_session_t *s) {
+    return s->log != NULL;
 }

@@ -18,6 +18,9 @@
  * Memory: the held text and a token buffer grow (rill_realloc) when a chunk needs more than any
  * chunk before; steady-state streaming allocates nothing.
  *
+ * The public calls write the raw text (or the flush) to the session's ingest log first (log.c);
+ * replay calls the rill__ halves with the same chunks, which hold back the same tails.
+ *
  * Rejected: re-tokenizing the last N tokens' worth of text and diffing (needs the text of
  * committed tokens and is still not exact at SPM boundaries).
  */
@@ -73,10 +76,10 @@ static rill_err_t tokenize_append(rill_session_t *s, const char *seg, size_t len
     if (n < 0) {
         return rill__session_fail(s, (rill_err_t)n, "tokenizer: %s", rill_strerror((rill_err_t)n));
     }
-    return rill_session_append(s, s->tbuf, (int32_t)n);
+    return rill__session_append(s, s->tbuf, (int32_t)n);
 }
 
-rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len) {
+rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t len) {
     if (s == NULL || (text == NULL && len > 0)) {
         return RILL_EINVAL;
     }
@@ -115,7 +118,7 @@ rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t 
     return RILL_OK;
 }
 
-rill_err_t rill_session_flush_text(rill_session_t *s) {
+rill_err_t rill__session_flush_text(rill_session_t *s) {
     if (s == NULL) {
         return RILL_EINVAL;
     }
@@ -131,6 +134,41 @@ rill_err_t rill_session_flush_text(rill_session_t *s) {
     s->text_len = 0;
     s->text_started = false;
     return RILL_OK;
+}
+
+/* The public calls: the record holds the raw text (log.c), written before the text is taken. */
+rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len) {
+    if (s == NULL || (text == NULL && len > 0)) {
+        return RILL_EINVAL;
+    }
+    if (s->pool->tok == NULL) {
+        return rill__session_fail(s, RILL_EUNSUPPORTED, "the pool has no tokenizer");
+    }
+    if (len == 0) {
+        return RILL_OK;
+    }
+    rill_err_t err = rill__log_write(s, RILL__REC_TEXT, text, len);
+    if (err == RILL_OK) {
+        err = rill__log_settle(s, rill__session_append_text(s, text, len));
+    }
+    return err;
+}
+
+rill_err_t rill_session_flush_text(rill_session_t *s) {
+    if (s == NULL) {
+        return RILL_EINVAL;
+    }
+    if (s->text_len == 0 && !s->text_started) {
+        return RILL_OK; /* nothing held, no text in progress: not an input call */
+    }
+    if (s->text_len > 0 && s->pool->tok == NULL) {
+        return rill__session_fail(s, RILL_EUNSUPPORTED, "the pool has no tokenizer");
+    }
+    rill_err_t err = rill__log_write(s, RILL__REC_FLUSH, NULL, 0);
+    if (err == RILL_OK) {
+        err = rill__log_settle(s, rill__session_flush_text(s));
+    }
+    return err;
 }
 
 size_t rill_session_pending_text(const rill_session_t *s) {

@@ -1,0 +1,1406 @@
+/*
+ * test_sessions_durability.c - the ingest log, snapshots and restore of sessions/ (DESIGN.md
+ * section 4, "Durability"; issue 4 items 6 and 8).
+ *
+ * What "the same state" means here: the same stats, sequence number, resident tokens, held-back
+ * text, logits (bit for bit: memcmp) and K/V bytes of every resident row of every layer. A
+ * snapshot restores exactly that; replaying a log repeats the same computation (same backend,
+ * same max_batch), so it is bit-identical too. Tolerances: none.
+ *
+ * Failure paths on purpose: truncated and bit-flipped snapshots at many offsets, torn and
+ * corrupt logs, a wrong model, a full budget, the N-th allocation failing (rill_mem_fail_nth)
+ * and the N-th file call failing (rill__session_io_fail_nth, session_internal.h); each returns
+ * its documented error, leaks nothing (n_live) and leaves the pool as it was. The crash test
+ * fork()s a child that ingests with FSYNC_ALWAYS and reports each acknowledged batch on a pipe,
+ * SIGKILLs it mid-ingest, and restores.
+ *
+ * Model: rill-tiny-qwen2-Q8_0.gguf (tools/make_test_models.py; exit 77 without it). Files live
+ * in a fresh directory under /tmp, removed at the end.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "rill_core.h"
+#include "rill_forward.h"
+#include "rill_model.h"
+#include "rill_session.h"
+#include "rill_tokenizer.h"
+#include "session_internal.h" /* the I/O failure hook and the session's held-back text */
+
+#define MODEL     "rill-tiny-qwen2-Q8_0.gguf"
+#define MODEL_F32 "rill-tiny-qwen2-F32.gguf"
+#define LLAMA     "rill-tiny-llama-Q8_0.gguf"
+#define LOG_HDR   128
+#define REC_HDR   24
+
+static char g_src[1024];
+static char g_dir[64];
+
+/* ---- the rig -------------------------------------------------------------------------------- */
+
+typedef struct rig {
+    rill_model_t *model;
+    rill_tokenizer_t *tok;
+    rill_backend_t *be;
+    rill_forward_t *fw;
+    rill_session_pool_t *pool;
+    int32_t V, L;
+} rig_t;
+
+typedef struct rig_opts {
+    const char *model;
+    int64_t cells;
+    rill_dtype_t kv;
+    int32_t page;
+} rig_opts_t;
+
+/* Returns 0 or the step that failed (usable in a child process, which must not ck_assert). */
+static int rig_try(rig_t *g, rig_opts_t o) {
+    memset(g, 0, sizeof *g);
+    char path[1200], msg[256];
+    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, o.model);
+    if (rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg) != 0) {
+        return 1;
+    }
+    if (rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg) != RILL_OK) {
+        return 2;
+    }
+    rill_backend_params_t bp = rill_backend_default_params();
+    bp.n_threads = 2;
+    bp.max_batch = 64;
+    if (rill_backend_new(&bp, &g->be) != RILL_OK) {
+        return 3;
+    }
+    rill_forward_params_t fp = rill_forward_default_params();
+    fp.max_batch = 32;
+    if (rill_forward_new(g->model, g->be, &fp, &g->fw) != RILL_OK) {
+        return 4;
+    }
+    rill_session_pool_params_t pp = rill_session_pool_default_params();
+    pp.n_cells = o.cells;
+    pp.kv_type = o.kv;
+    pp.page_size = o.page;
+    pp.tokenizer = g->tok;
+    if (rill_session_pool_new(g->fw, &pp, &g->pool) != RILL_OK) {
+        return 5;
+    }
+    g->V = rill_model_hparams(g->model)->n_vocab;
+    g->L = rill_model_hparams(g->model)->n_layer;
+    return 0;
+}
+
+static void rig_open_ex(rig_t *g, const char *model, int64_t cells, rill_dtype_t kv, int32_t page) {
+    rig_opts_t o = { model, cells, kv, page };
+    ck_assert_int_eq(rig_try(g, o), 0);
+}
+
+static void rig_open(rig_t *g, int64_t cells) {
+    rig_open_ex(g, MODEL, cells, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE);
+}
+
+static void rig_close(rig_t *g) {
+    rill_session_pool_destroy(&g->pool);
+    rill_forward_destroy(&g->fw);
+    rill_backend_destroy(&g->be);
+    rill_tokenizer_destroy(&g->tok);
+    rill_model_destroy(&g->model);
+}
+
+static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
+    rill_session_params_t sp = rill_session_default_params();
+    sp.n_sink = sinks;
+    sp.window = window;
+    rill_session_t *s = NULL;
+    ck_assert_int_eq(rill_session_new(g->pool, &sp, &s), RILL_OK);
+    return s;
+}
+
+/* ---- files ---------------------------------------------------------------------------------- */
+
+static const char *tmp_path(const char *name) {
+    static char buf[8][256];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
+    return buf[k];
+}
+
+static unsigned char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static void write_all(const char *path, const void *buf, size_t len) {
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static int64_t file_size(const char *path) {
+    struct stat st;
+    ck_assert_int_eq(stat(path, &st), 0);
+    return (int64_t)st.st_size;
+}
+
+/* Files in the temporary directory whose name contains ".tmp." (left-over temporary files). */
+static int count_tmp_files(void) {
+    DIR *d = opendir(g_dir);
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        n += strstr(e->d_name, ".tmp.") != NULL;
+    }
+    closedir(d);
+    return n;
+}
+
+static void clear_dir(void) {
+    DIR *d = opendir(g_dir);
+    if (d == NULL) {
+        return;
+    }
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            char p[512];
+            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
+            unlink(p);
+        }
+    }
+    closedir(d);
+}
+
+/* ---- state of a session --------------------------------------------------------------------- */
+
+typedef struct state {
+    rill_session_stats_t st;
+    int64_t seq;
+    int32_t n;
+    int32_t *tokens;
+    char *text;
+    size_t text_len;
+    bool text_started;
+    float *logits;     /* NULL when the session holds no token */
+    unsigned char *kv; /* resident rows: (L, 2, Hkv, n, D) elements */
+    size_t kv_bytes;
+} state_t;
+
+/* Captures s. Reads the logits (which computes them if a rollback invalidated them). */
+static void capture(rig_t *g, rill_session_t *s, state_t *out) {
+    memset(out, 0, sizeof *out);
+    rill_session_stats(s, &out->st);
+    out->seq = rill_session_seq(s);
+    const int32_t *t = rill_session_tokens(s, &out->n);
+    out->tokens = malloc((size_t)out->n * sizeof *t + 1);
+    memcpy(out->tokens, t, (size_t)out->n * sizeof *t);
+    out->text_len = s->text_len;
+    out->text = malloc(s->text_len + 1);
+    if (s->text_len > 0) {
+        memcpy(out->text, s->text, s->text_len);
+    }
+    out->text_started = s->text_started;
+    if (out->n > 0) {
+        const float *l = NULL;
+        ck_assert_int_eq(rill_session_logits(s, &l), RILL_OK);
+        out->logits = malloc((size_t)g->V * sizeof *l);
+        memcpy(out->logits, l, (size_t)g->V * sizeof *l);
+    }
+    rill_kv_cache_t *kv = rill_session_pool_cache(g->pool);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
+    int64_t pb = rill_kv_page_bytes(lay);
+    size_t es = lay->dtype == RILL_DTYPE_F16 ? 2 : 4;
+    size_t row = (size_t)lay->head_dim * es;
+    int32_t P = lay->page_size, H = lay->n_kv_heads, np = 0;
+    const int32_t *pages = rill_session_pages(s, &np);
+    out->kv_bytes = (size_t)g->L * 2 * (size_t)H * (size_t)out->n * row;
+    out->kv = malloc(out->kv_bytes + 1);
+    unsigned char *page = malloc((size_t)pb);
+    size_t o = 0;
+    for (int32_t l = 0; l < g->L; l++) {
+        for (int32_t j = 0; j < np; j++) {
+            ck_assert_int_eq(
+                rill_backend_copy_out(g->be, page,
+                                      (char *)rill_kv_cache_pool(kv, l) + (int64_t)pages[j] * pb,
+                                      (size_t)pb),
+                RILL_OK);
+            int32_t rows = out->n - j * P < P ? out->n - j * P : P;
+            for (int kvh = 0; kvh < 2 * H; kvh++) { /* K heads then V heads */
+                memcpy(out->kv + o, page + (size_t)kvh * (size_t)P * row, (size_t)rows * row);
+                o += (size_t)rows * row;
+            }
+        }
+    }
+    ck_assert_uint_eq(o, out->kv_bytes);
+    free(page);
+}
+
+static void state_free(state_t *a) {
+    free(a->tokens);
+    free(a->text);
+    free(a->logits);
+    free(a->kv);
+    memset(a, 0, sizeof *a);
+}
+
+/* Asserts a == b (pages_shared aside: a restored session owns all its pages). */
+static void state_equal(rig_t *g, const state_t *a, const state_t *b, const char *what) {
+    ck_assert_msg(a->st.n_seen == b->st.n_seen && a->st.n_resident == b->st.n_resident &&
+                      a->st.n_sink == b->st.n_sink && a->st.kept_from == b->st.kept_from &&
+                      a->st.pos_next == b->st.pos_next && a->st.pages == b->st.pages &&
+                      a->st.bytes == b->st.bytes && a->st.n_evicted == b->st.n_evicted &&
+                      a->st.n_sink_cfg == b->st.n_sink_cfg && a->st.window_cfg == b->st.window_cfg,
+                  "%s: stats differ (n_seen %lld / %lld, resident %d / %d, evicted %lld / %lld)",
+                  what, (long long)a->st.n_seen, (long long)b->st.n_seen, a->st.n_resident,
+                  b->st.n_resident, (long long)a->st.n_evicted, (long long)b->st.n_evicted);
+    ck_assert_msg(a->seq == b->seq, "%s: seq %lld / %lld", what, (long long)a->seq,
+                  (long long)b->seq);
+    ck_assert_int_eq(a->n, b->n);
+    ck_assert_msg(memcmp(a->tokens, b->tokens, (size_t)a->n * sizeof(int32_t)) == 0,
+                  "%s: tokens differ", what);
+    ck_assert_msg(a->text_len == b->text_len && memcmp(a->text, b->text, a->text_len) == 0 &&
+                      a->text_started == b->text_started,
+                  "%s: held-back text differs", what);
+    ck_assert_msg((a->logits == NULL) == (b->logits == NULL), "%s: logits", what);
+    if (a->logits != NULL) {
+        ck_assert_msg(memcmp(a->logits, b->logits, (size_t)g->V * sizeof(float)) == 0,
+                      "%s: logits are not bit-identical", what);
+    }
+    ck_assert_uint_eq(a->kv_bytes, b->kv_bytes);
+    ck_assert_msg(memcmp(a->kv, b->kv, a->kv_bytes) == 0, "%s: K/V bytes differ", what);
+}
+
+/* Page references of the whole pool, to check "the pool is as before". */
+typedef struct pool_view {
+    int32_t n_free;
+    int32_t refs[512];
+} pool_view_t;
+
+static void view(rig_t *g, pool_view_t *v) {
+    int32_t n = rill_session_pool_n_pages(g->pool);
+    ck_assert_int_le(n, 512);
+    v->n_free = rill_session_pool_n_free(g->pool);
+    for (int32_t i = 0; i < n; i++) {
+        v->refs[i] = rill_session_pool_page_refs(g->pool, i);
+    }
+}
+
+static void same_pool(rig_t *g, const pool_view_t *before) {
+    pool_view_t now;
+    view(g, &now);
+    ck_assert_int_eq(now.n_free, before->n_free);
+    ck_assert(memcmp(now.refs, before->refs,
+                     (size_t)rill_session_pool_n_pages(g->pool) * sizeof(int32_t)) == 0);
+}
+
+/* ---- inputs --------------------------------------------------------------------------------- */
+
+static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+
+static void random_tokens(int32_t *t, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        t[i] = (int32_t)(rnd() % (uint32_t)V);
+    }
+}
+
+/* Batch b of the crash test: 8 ids that depend on b only. */
+static void batch_tokens(int b, int32_t *t, int V) {
+    for (int i = 0; i < 8; i++) {
+        t[i] = (int32_t)(((uint32_t)b * 2654435761u + (uint32_t)i * 40503u) % (uint32_t)V);
+    }
+}
+
+static const char *const g_words[] = { "the quick ", "brown fox", " jumps over the", " lazy",
+                                       " dog. ",     "And",       " then again ",    "!" };
+
+/* A mixed run of input calls on s (tokens, text chunks, flush, rollback, generate). When `snap`
+ * is given, a snapshot is written there halfway. Deterministic in `seed`. */
+static void ingest_mix(rig_t *g, rill_session_t *s, uint64_t seed, const char *snap) {
+    uint64_t saved = g_rng;
+    g_rng = seed;
+    int32_t t[40];
+    for (int step = 0; step < 24; step++) {
+        uint32_t r = rnd() % 10;
+        rill_err_t err = RILL_OK;
+        if (r < 4) {
+            int n = 1 + (int)(rnd() % 12);
+            random_tokens(t, n, g->V);
+            err = rill_session_append(s, t, n);
+        } else if (r < 7) {
+            const char *w = g_words[rnd() % 8];
+            err = rill_session_append_text(s, w, strlen(w));
+        } else if (r == 7) {
+            err = rill_session_flush_text(s);
+        } else if (r == 8) {
+            rill_session_stats_t st;
+            rill_session_stats(s, &st);
+            err = rill_session_rollback(s, st.n_resident >= 3 ? st.n_resident - 3 : 0);
+        } else {
+            int32_t out[3];
+            rill_session_gen_t gen = { .n_max = 3, .out = out };
+            rill_session_stats_t st;
+            rill_session_stats(s, &st);
+            if (st.n_resident > 0) {
+                err = rill_session_generate(s, &gen);
+            }
+        }
+        ck_assert_msg(err == RILL_OK, "step %d: %s", step, rill_session_last_error(s));
+        if (snap != NULL && step == 11) {
+            ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
+        }
+    }
+    g_rng = saved;
+}
+
+static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log,
+                                  rill_session_fsync_t policy) {
+    rill_session_t *r = NULL;
+    char msg[512] = "?";
+    rill_err_t err = rill_session_restore(g->pool, snap, log, policy, &r, msg, sizeof msg);
+    ck_assert_msg(err == RILL_OK, "restore: %s: %s", rill_err_name(err), msg);
+    ck_assert_ptr_nonnull(r);
+    return r;
+}
+
+/* Warnings delivered by the library (the torn-tail message). */
+static int g_warns;
+static char g_last_warn[512];
+static void count_warnings(void *user, rill_log_level_t level, const char *file, int line,
+                           const char *msg) {
+    (void)user;
+    (void)file;
+    (void)line;
+    if (level == RILL_LOG_WARN) {
+        g_warns++;
+        snprintf(g_last_warn, sizeof g_last_warn, "%s", msg);
+    }
+}
+
+/* ---- snapshot ------------------------------------------------------------------------------- */
+
+START_TEST(snapshot_destroy_restore_is_bit_identical) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *snap = tmp_path("a.snap");
+    /* Three shapes: a windowed stream past several evictions with held-back text; a fork that
+     * shares pages with it; a session whose logits a rollback invalidated. */
+    for (int shape = 0; shape < 3; shape++) {
+        rill_session_t *s = new_session(&g, 16, 64), *f = NULL, *subject = s;
+        int32_t t[200];
+        random_tokens(t, 200, g.V);
+        ck_assert_int_eq(rill_session_append(s, t, 200), RILL_OK);
+        ck_assert_int_eq(rill_session_append_text(s, "hello there wor", 15), RILL_OK);
+        ck_assert_uint_gt(rill_session_pending_text(s), 0);
+        if (shape == 1) {
+            ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
+            ck_assert_int_eq(rill_session_append(f, t, 5), RILL_OK);
+            subject = f;
+        } else if (shape == 2) {
+            ck_assert_int_eq(rill_session_rollback(s, 50), RILL_OK);
+        }
+        ck_assert_int_eq(rill_session_snapshot(subject, snap), RILL_OK);
+        ck_assert_int_eq(count_tmp_files(), 0);
+        state_t want, got;
+        capture(&g, subject, &want);
+        if (shape == 2) {
+            ck_assert(want.text_len == 0);
+        }
+        rill_session_destroy(&f);
+        rill_session_destroy(&s);
+        ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+        rill_session_t *r = restore_ok(&g, snap, NULL, RILL_SESSION_FSYNC_EVERYSEC);
+        ck_assert(!rill_session_has_log(r));
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "snapshot -> destroy -> restore");
+        rill_session_stats_t st;
+        rill_session_stats(r, &st);
+        ck_assert_int_eq(st.pages_shared, 0);
+        /* The restored session goes on exactly like the original would have. */
+        rill_session_t *twin = restore_ok(&g, snap, NULL, RILL_SESSION_FSYNC_EVERYSEC);
+        ck_assert_int_eq(rill_session_append_text(r, "ld ok 1 2 3", 11), RILL_OK);
+        ck_assert_int_eq(rill_session_append_text(twin, "ld ok 1 2 3", 11), RILL_OK);
+        ck_assert_int_eq(rill_session_append(r, t + 10, 90), RILL_OK);
+        ck_assert_int_eq(rill_session_append(twin, t + 10, 90), RILL_OK);
+        state_free(&want);
+        state_free(&got);
+        capture(&g, r, &want);
+        capture(&g, twin, &got);
+        state_equal(&g, &want, &got, "two restores continued");
+        state_free(&want);
+        state_free(&got);
+        rill_session_destroy(&r);
+        rill_session_destroy(&twin);
+    }
+    /* An empty session round-trips too. */
+    rill_session_t *e = new_session(&g, 0, 0), *r = NULL;
+    ck_assert_int_eq(rill_session_snapshot(e, snap), RILL_OK);
+    r = restore_ok(&g, snap, NULL, RILL_SESSION_FSYNC_NEVER);
+    rill_session_stats_t st;
+    rill_session_stats(r, &st);
+    ck_assert_int_eq(st.n_resident, 0);
+    ck_assert_int_eq(st.pages, 0);
+    rill_session_destroy(&e);
+    rill_session_destroy(&r);
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+/* ---- log replay ----------------------------------------------------------------------------- */
+
+START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
+    rig_t g;
+    rig_open(&g, 2048);
+    const char *snap = tmp_path("b.snap"), *log = tmp_path("b.log");
+    for (int window = 0; window < 2; window++) {
+        int32_t sinks = window ? 16 : 0, w = window ? 48 : 0;
+        uint64_t seed = 0x1234u + (uint64_t)window;
+        rill_session_t *u = new_session(&g, sinks, w), *l = new_session(&g, sinks, w);
+        ck_assert_int_eq(rill_session_open_log(l, log, RILL_SESSION_FSYNC_EVERYSEC), RILL_OK);
+        ck_assert(rill_session_has_log(l));
+        ck_assert_int_eq(rill_session_open_log(u, log, RILL_SESSION_FSYNC_NEVER), RILL_EEXIST);
+        ck_assert(!rill_session_has_log(u));
+        ingest_mix(&g, u, seed, NULL);
+        ingest_mix(&g, l, seed, snap);
+        /* A query runs on a fork: neither logged nor changing the session. */
+        int32_t q[4] = { 1, 2, 3, 4 };
+        rill_session_gen_t gen = { .n_max = 2 };
+        ck_assert_int_eq(rill_session_query(l, q, 4, &gen), RILL_OK);
+        state_t want, got;
+        capture(&g, u, &want);
+        ck_assert_int_eq(rill_session_seq(l), want.seq);
+        ck_assert_int_eq(rill_session_close_log(l), RILL_OK);
+        rill_session_destroy(&l);
+
+        rill_session_t *r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_EVERYSEC);
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "snapshot + log");
+        state_free(&got);
+        /* The restored session continues the same log. */
+        ck_assert(rill_session_has_log(r));
+        int32_t more[20];
+        random_tokens(more, 20, g.V);
+        ck_assert_int_eq(rill_session_append(r, more, 20), RILL_OK);
+        ck_assert_int_eq(rill_session_append(u, more, 20), RILL_OK);
+        ck_assert_int_eq(rill_session_append_text(r, "tail text", 9), RILL_OK);
+        ck_assert_int_eq(rill_session_append_text(u, "tail text", 9), RILL_OK);
+        /* While r holds the log, nobody else may restore it. */
+        rill_session_t *x = NULL;
+        char msg[512];
+        ck_assert_int_eq(
+            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_EVERYSEC, &x, msg, 512),
+            RILL_EBUSY);
+        ck_assert_ptr_null(x);
+        rill_session_destroy(&r);
+
+        state_free(&want);
+        capture(&g, u, &want);
+        r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "log alone");
+        state_free(&got);
+        rill_session_destroy(&r);
+        r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "snapshot + longer log");
+        state_free(&got);
+        rill_session_destroy(&r);
+
+        /* A log that lost records the snapshot holds is started afresh after the snapshot. */
+        size_t len = 0;
+        unsigned char *bytes = read_all(log, &len);
+        write_all(log, bytes, LOG_HDR); /* header only: it ends before the snapshot */
+        free(bytes);
+        r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
+        ck_assert_int_eq(rill_session_append(r, more, 3), RILL_OK);
+        state_free(&want);
+        capture(&g, r, &want);
+        rill_session_destroy(&r);
+        r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "snapshot + restarted log");
+        state_free(&got);
+        state_free(&want);
+        rill_session_destroy(&r);
+        rill_session_destroy(&u);
+        clear_dir();
+    }
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    rig_close(&g);
+}
+END_TEST
+
+/* Writes a log of n_batch token batches of 8 (records of REC_HDR + 32 bytes); returns the
+ * state after the first n_keep batches, from a session without a log. */
+static void make_log(rig_t *g, const char *log, int n_batch, int n_keep, state_t *keep) {
+    rill_session_t *s = new_session(g, 0, 0), *ref = new_session(g, 0, 0);
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    for (int b = 0; b < n_batch; b++) {
+        int32_t t[8];
+        batch_tokens(b, t, g->V);
+        ck_assert_int_eq(rill_session_append(s, t, 8), RILL_OK);
+        if (b < n_keep) {
+            ck_assert_int_eq(rill_session_append(ref, t, 8), RILL_OK);
+        }
+    }
+    rill_session_destroy(&s);
+    if (keep != NULL) {
+        capture(g, ref, keep);
+    }
+    rill_session_destroy(&ref);
+}
+
+START_TEST(torn_last_record_is_dropped) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *log = tmp_path("c.log");
+    state_t five, six, got;
+    make_log(&g, log, 6, 5, &five);
+    size_t len = 0;
+    unsigned char *whole = read_all(log, &len);
+    const size_t rec = REC_HDR + 32;
+    ck_assert_uint_eq(len, LOG_HDR + 6 * rec);
+    {
+        rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+        capture(&g, r, &six);
+        rill_session_destroy(&r);
+    }
+    rill_log_set(count_warnings, NULL);
+    /* The file ends anywhere inside the last record, or the record is whole in length but its
+     * bytes never made it (zeros, or one byte off), or zeros follow the log. */
+    for (size_t cut = 1; cut <= rec + 3; cut++) {
+        unsigned char *b = malloc(len + 64);
+        memcpy(b, whole, len);
+        size_t n = len;
+        const char *kind;
+        if (cut < rec) {
+            n = len - cut;
+            kind = "short";
+        } else if (cut == rec) {
+            memset(b + len - 32, 0, 32);
+            kind = "zeroed payload";
+        } else if (cut == rec + 1) {
+            b[len - rec + 3] ^= 0x40; /* in the CRC field */
+            kind = "bad CRC";
+        } else if (cut == rec + 2) {
+            memset(b + len - rec, 0, rec);
+            kind = "zeroed record";
+        } else {
+            memset(b + len, 0, 64);
+            n = len + 64;
+            kind = "zero fill after the log";
+        }
+        write_all(log, b, n);
+        free(b);
+        g_warns = 0;
+        rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+        capture(&g, r, &got);
+        state_equal(&g, cut == rec + 3 ? &six : &five, &got, kind);
+        state_free(&got);
+        ck_assert_msg(g_warns == 1 && strstr(g_last_warn, "torn") != NULL,
+                      "%s: %d warnings, last '%s'", kind, g_warns, g_last_warn);
+        /* The file was cut after the last whole record, and the log goes on from there. */
+        ck_assert_int_eq(file_size(log), (int64_t)(cut == rec + 3 ? len : len - rec));
+        int32_t t[8];
+        batch_tokens(cut == rec + 3 ? 6 : 5, t, g.V);
+        ck_assert_int_eq(rill_session_append(r, t, 8), RILL_OK);
+        rill_session_destroy(&r);
+        g_warns = 0;
+        r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+        ck_assert_int_eq(g_warns, 0);
+        if (cut != rec + 3) {
+            capture(&g, r, &got);
+            state_equal(&g, &six, &got, "after the torn record was written again");
+            state_free(&got);
+        }
+        rill_session_destroy(&r);
+    }
+    rill_log_set(NULL, NULL);
+    free(whole);
+    state_free(&five);
+    state_free(&six);
+    clear_dir();
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(corruption_before_the_tail_is_an_error) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *log = tmp_path("d.log");
+    make_log(&g, log, 6, 0, NULL);
+    size_t len = 0;
+    unsigned char *whole = read_all(log, &len);
+    const size_t rec = REC_HDR + 32;
+    pool_view_t before;
+    view(&g, &before);
+    int64_t live = rill_mem_stats_total().n_live;
+    struct {
+        size_t off;
+        rill_err_t want;
+        const char *needle;
+    } cases[] = {
+        { LOG_HDR + 2 * rec + REC_HDR + 5, RILL_ECORRUPT, "offset 240" }, /* record 2 payload */
+        { LOG_HDR + 0 * rec + 17, RILL_ECORRUPT, "offset 128" },          /* record 0 seq */
+        { LOG_HDR + 4 * rec + 4, RILL_ECORRUPT, "offset 352" },           /* record 4 length */
+        { 40, RILL_ECORRUPT, "header checksum" },
+        { 0, RILL_EFORMAT, "magic" },
+        { 8, RILL_EUNSUPPORTED, "version" },
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        unsigned char *b = malloc(len);
+        memcpy(b, whole, len);
+        b[cases[c].off] ^= 0x01;
+        write_all(log, b, len);
+        rill_session_t *r = NULL;
+        char msg[512] = "";
+        rill_err_t err =
+            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        ck_assert_msg(err == cases[c].want && strstr(msg, cases[c].needle) != NULL,
+                      "flip at %zu: %s: %s", cases[c].off, rill_err_name(err), msg);
+        ck_assert_ptr_null(r);
+        size_t len2 = 0;
+        unsigned char *after = read_all(log, &len2);
+        ck_assert_msg(len2 == len && memcmp(after, b, len) == 0, "the log was changed");
+        free(after);
+        free(b);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    /* Records with valid checksums that still do not fit: a sequence number out of order, an
+     * unknown type (a newer writer), a payload of the wrong size. */
+    struct {
+        uint32_t type, len;
+        uint64_t seq;
+        rill_err_t want;
+        const char *needle;
+    } forged[] = {
+        { RILL__REC_TOKENS, 32, 9, RILL_ECORRUPT, "sequence number 9" },
+        { 9, 32, 3, RILL_EUNSUPPORTED, "type 9" },
+        { RILL__REC_ROLLBACK, 32, 3, RILL_ECORRUPT, "type 4 with 32 bytes" },
+    };
+    for (size_t c = 0; c < sizeof forged / sizeof forged[0]; c++) {
+        unsigned char *b = malloc(len);
+        memcpy(b, whole, len);
+        unsigned char *r2 = b + LOG_HDR + 2 * rec; /* record 2 (sequence number 3) */
+        rill__put_u32(r2 + 4, forged[c].len);
+        rill__put_u32(r2 + 8, forged[c].type);
+        rill__put_u64(r2 + 16, forged[c].seq);
+        rill__put_u32(r2, rill__crc32c(0, r2 + 4, REC_HDR - 4 + forged[c].len));
+        write_all(log, b, len);
+        free(b);
+        rill_session_t *r = NULL;
+        char msg[512] = "";
+        rill_err_t err =
+            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        ck_assert_msg(err == forged[c].want && strstr(msg, forged[c].needle) != NULL &&
+                          strstr(msg, "offset 240") != NULL,
+                      "forged %zu: %s: %s", c, rill_err_name(err), msg);
+        ck_assert_ptr_null(r);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    /* A log header shorter than a header, and an empty file. */
+    for (size_t n = 0; n < LOG_HDR; n += 9) {
+        write_all(log, whole, n);
+        rill_session_t *r = NULL;
+        char msg[512] = "";
+        ck_assert_int_eq(
+            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512),
+            RILL_EFORMAT);
+        ck_assert_ptr_null(r);
+    }
+    free(whole);
+    same_pool(&g, &before);
+    ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(damaged_snapshots_are_refused_cleanly) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *snap = tmp_path("e.snap"), *bad = tmp_path("e-bad.snap");
+    rill_session_t *s = new_session(&g, 16, 32);
+    int32_t t[70];
+    random_tokens(t, 70, g.V);
+    ck_assert_int_eq(rill_session_append(s, t, 70), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, "some held text", 14), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
+    size_t len = 0;
+    unsigned char *whole = read_all(snap, &len);
+    pool_view_t before;
+    view(&g, &before);
+    int64_t live = rill_mem_stats_total().n_live;
+    /* Every cut in the header and the small sections, then every 97th byte, then the tail. */
+    int n_cuts = 0;
+    for (size_t cut = 0; cut < len; cut += cut < 1024 ? 1 : cut + 16 >= len ? 1 : 97) {
+        write_all(bad, whole, cut);
+        rill_session_t *r = NULL;
+        char msg[512] = "";
+        rill_err_t err =
+            rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        ck_assert_msg(err == RILL_EFORMAT, "cut at %zu of %zu: %s: %s", cut, len,
+                      rill_err_name(err), msg);
+        ck_assert_ptr_null(r);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+        n_cuts++;
+    }
+    ck_assert_int_gt(n_cuts, 1100);
+    /* A flipped bit anywhere: refused, never accepted and never a crash. */
+    for (size_t off = 0; off < len; off += off < 400 ? 1 : 61) {
+        unsigned char *b = malloc(len);
+        memcpy(b, whole, len);
+        b[off] ^= 0x10;
+        write_all(bad, b, len);
+        free(b);
+        rill_session_t *r = NULL;
+        char msg[512] = "";
+        rill_err_t err =
+            rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        ck_assert_msg(err == RILL_ECORRUPT || err == RILL_EFORMAT || err == RILL_EUNSUPPORTED,
+                      "flip at %zu: %s: %s", off, rill_err_name(err), msg);
+        if (off >= 160 && off < len - 8) {
+            ck_assert_msg(err == RILL_ECORRUPT && strstr(msg, "offset") != NULL,
+                          "flip at %zu: %s: %s", off, rill_err_name(err), msg);
+        }
+        ck_assert_ptr_null(r);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    /* Trailing bytes, a missing file, something that is not a snapshot. */
+    unsigned char *b = malloc(len + 1);
+    memcpy(b, whole, len);
+    b[len] = 0;
+    write_all(bad, b, len + 1);
+    free(b);
+    rill_session_t *r = NULL;
+    char msg[512];
+    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
+    ck_assert_int_eq(rill_session_restore(g.pool, tmp_path("none"), NULL, 0, &r, msg, 512),
+                     RILL_ENOTFOUND);
+    write_all(bad, "GGUF and so on, not a snapshot", 30);
+    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
+    ck_assert_ptr_null(r);
+    same_pool(&g, &before);
+    free(whole);
+    rill_session_destroy(&s);
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(another_model_is_refused) {
+    const char *snap = tmp_path("f.snap"), *log = tmp_path("f.log");
+    {
+        rig_t g;
+        rig_open(&g, 512);
+        rill_session_t *s = new_session(&g, 0, 0);
+        ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
+        int32_t t[20];
+        random_tokens(t, 20, g.V);
+        ck_assert_int_eq(rill_session_append(s, t, 20), RILL_OK);
+        ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
+        rill_session_destroy(&s);
+        rig_close(&g);
+    }
+    struct {
+        const char *model;
+        rill_dtype_t kv;
+        int32_t page;
+        const char *field;
+    } others[] = {
+        { MODEL_F32, RILL_DTYPE_F16, 16, "GGUF file size" }, /* same shape, other weights */
+        { LLAMA, RILL_DTYPE_F16, 16, "architecture" },
+        { MODEL, RILL_DTYPE_F32, 16, "KV element type" },
+        { MODEL, RILL_DTYPE_F16, 8, "page size" },
+    };
+    for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
+        rig_t g;
+        rig_open_ex(&g, others[i].model, 512, others[i].kv, others[i].page);
+        int64_t live = rill_mem_stats_total().n_live;
+        const char *paths[3][2] = { { snap, NULL }, { NULL, log }, { snap, log } };
+        for (int k = 0; k < 3; k++) {
+            rill_session_t *r = NULL;
+            char msg[512] = "";
+            rill_err_t err = rill_session_restore(g.pool, paths[k][0], paths[k][1],
+                                                  RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+            ck_assert_msg(err == RILL_EUNSUPPORTED && strstr(msg, others[i].field) != NULL,
+                          "%s: %s: %s", others[i].model, rill_err_name(err), msg);
+            ck_assert_ptr_null(r);
+        }
+        ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+        rig_close(&g);
+    }
+    clear_dir();
+}
+END_TEST
+
+START_TEST(a_budget_too_small_is_efull_and_changes_nothing) {
+    rig_t g;
+    rig_open(&g, 10 * 16); /* 10 pages */
+    const char *snap = tmp_path("g.snap"), *log = tmp_path("g.log");
+    rill_session_t *s = new_session(&g, 0, 0);
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    int32_t t[100];
+    random_tokens(t, 100, g.V);
+    ck_assert_int_eq(rill_session_append(s, t, 60), RILL_OK); /* 4 pages */
+    ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, t + 60, 40), RILL_OK); /* 7 pages */
+    rill_session_destroy(&s);
+    size_t len = 0;
+    unsigned char *log_bytes = read_all(log, &len);
+    /* Another session takes 7 of the 10 pages: the snapshot (4) does not fit. */
+    rill_session_t *other = new_session(&g, 0, 0);
+    ck_assert_int_eq(rill_session_append(other, t, 100), RILL_OK);
+    pool_view_t before;
+    view(&g, &before);
+    int64_t live = rill_mem_stats_total().n_live;
+    rill_session_t *r = NULL;
+    char msg[512] = "";
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(msg, "pages"));
+    ck_assert_ptr_null(r);
+    same_pool(&g, &before);
+    ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    /* Now 5 free: the snapshot fits, the replay (7 pages) does not. */
+    ck_assert_int_eq(rill_session_rollback(other, 80), RILL_OK);
+    view(&g, &before);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(msg, "replaying record"));
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_EFULL);
+    ck_assert_ptr_null(r);
+    same_pool(&g, &before);
+    ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    size_t len2 = 0;
+    unsigned char *after = read_all(log, &len2);
+    ck_assert(len2 == len && memcmp(after, log_bytes, len) == 0);
+    free(after);
+    /* With room, both work. */
+    rill_session_destroy(&other);
+    r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
+    rill_session_stats_t st;
+    rill_session_stats(r, &st);
+    ck_assert_int_eq(st.n_resident, 100);
+    rill_session_destroy(&r);
+    free(log_bytes);
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+/* ---- allocation and I/O failures ------------------------------------------------------------ */
+
+START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *snap = tmp_path("h.snap"), *log = tmp_path("h.log"), *log2 = tmp_path("h2.log");
+    rill_session_t *s = new_session(&g, 16, 32);
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    int32_t t[60];
+    random_tokens(t, 60, g.V);
+    ck_assert_int_eq(rill_session_append(s, t, 30), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, "text to replay and ", 19), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK); /* the "old" snapshot */
+    ck_assert_int_eq(rill_session_append(s, t + 30, 30), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, "more text, held", 15), RILL_OK);
+    rill_session_stats_t st;
+    rill_session_stats(s, &st);
+    ck_assert_int_eq(rill_session_rollback(s, st.n_resident - 5), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, "a longer text that makes the buffers grow ", 42),
+                     RILL_OK);
+    ck_assert_int_eq(rill_session_sync_log(s), RILL_OK);
+    size_t snap_len = 0, log_len = 0;
+    unsigned char *snap_bytes = read_all(snap, &snap_len);
+    unsigned char *log_bytes = read_all(log, &log_len);
+    int64_t live = rill_mem_stats_total().n_live;
+
+    /* snapshot: every allocation point fails -> RILL_ENOMEM, the old file intact, no temp. */
+    int64_t c0 = rill_mem_calls();
+    ck_assert_int_eq(rill_session_snapshot(s, tmp_path("h-count.snap")), RILL_OK);
+    int64_t points = rill_mem_calls() - c0;
+    ck_assert_int_ge(points, 2);
+    for (int64_t k = 1; k <= points; k++) {
+        rill_mem_fail_nth(k);
+        rill_err_t err = rill_session_snapshot(s, snap);
+        rill_mem_fail_nth(0);
+        ck_assert_int_eq(err, RILL_ENOMEM);
+        size_t n = 0;
+        unsigned char *now = read_all(snap, &n);
+        ck_assert(n == snap_len && memcmp(now, snap_bytes, n) == 0);
+        free(now);
+        ck_assert_int_eq(count_tmp_files(), 0);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    state_t want, got;
+    capture(&g, s, &want);
+    rill_session_destroy(&s);
+
+    /* restore (snapshot + log with text records): every allocation point -> RILL_ENOMEM. */
+    pool_view_t before;
+    view(&g, &before);
+    live = rill_mem_stats_total().n_live;
+    c0 = rill_mem_calls();
+    rill_session_t *r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
+    points = rill_mem_calls() - c0;
+    capture(&g, r, &got);
+    state_equal(&g, &want, &got, "restore for counting");
+    state_free(&got);
+    rill_session_destroy(&r);
+    ck_assert_int_ge(points, 8);
+    printf("allocation walk of restore (snapshot + log): %lld points\n", (long long)points);
+    for (int64_t k = 1; k <= points; k++) {
+        write_all(log, log_bytes, log_len);
+        char msg[512] = "";
+        rill_mem_fail_nth(k);
+        rill_err_t err = rill_session_restore(g.pool, snap, log, 0, &r, msg, sizeof msg);
+        rill_mem_fail_nth(0);
+        ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
+                      rill_err_name(err), msg);
+        ck_assert_ptr_null(r);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+        size_t n = 0;
+        unsigned char *now = read_all(log, &n);
+        ck_assert(n == log_len && memcmp(now, log_bytes, n) == 0);
+        free(now);
+    }
+    /* ... and the log alone. */
+    c0 = rill_mem_calls();
+    r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+    points = rill_mem_calls() - c0;
+    capture(&g, r, &got);
+    state_equal(&g, &want, &got, "log alone for counting");
+    state_free(&got);
+    rill_session_destroy(&r);
+    for (int64_t k = 1; k <= points; k++) {
+        char msg[512] = "";
+        rill_mem_fail_nth(k);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r, msg, sizeof msg);
+        rill_mem_fail_nth(0);
+        ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
+                      rill_err_name(err), msg);
+        same_pool(&g, &before);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+
+    /* open_log: no file is left behind. */
+    s = new_session(&g, 0, 0);
+    c0 = rill_mem_calls();
+    ck_assert_int_eq(rill_session_open_log(s, log2, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    points = rill_mem_calls() - c0;
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    unlink(log2);
+    live = rill_mem_stats_total().n_live;
+    for (int64_t k = 1; k <= points; k++) {
+        rill_mem_fail_nth(k);
+        rill_err_t err = rill_session_open_log(s, log2, RILL_SESSION_FSYNC_NEVER);
+        rill_mem_fail_nth(0);
+        ck_assert_int_eq(err, RILL_ENOMEM);
+        ck_assert(!exists(log2));
+        ck_assert(!rill_session_has_log(s));
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    rill_session_destroy(&s);
+    state_free(&want);
+    free(snap_bytes);
+    free(log_bytes);
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(io_failures_lose_nothing_acknowledged) {
+    rig_t g;
+    rig_open(&g, 1024);
+    const char *snap = tmp_path("i.snap"), *log = tmp_path("i.log");
+    rill_session_t *s = new_session(&g, 0, 0);
+
+    /* open_log: each file call failing -> an error and no file. */
+    int64_t c0 = rill__session_io_calls();
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
+    int64_t points = rill__session_io_calls() - c0;
+    ck_assert_int_eq(points, 4); /* open, write, fsync, directory fsync */
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    unlink(log);
+    for (int64_t k = 1; k <= points; k++) {
+        rill__session_io_fail_nth(k);
+        rill_err_t err = rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS);
+        rill__session_io_fail_nth(0);
+        ck_assert_int_eq(err, RILL_EIO);
+        ck_assert(!exists(log));
+        ck_assert(!rill_session_has_log(s));
+    }
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
+
+    /* An append whose record cannot be written fails and changes nothing; the log goes on. An
+     * fsync that fails makes the log unusable (never retried), still without losing anything
+     * that was acknowledged. */
+    int32_t t[16];
+    random_tokens(t, 16, g.V);
+    ck_assert_int_eq(rill_session_append(s, t, 8), RILL_OK);
+    state_t before, after;
+    capture(&g, s, &before);
+    int64_t size = file_size(log);
+    rill__session_io_fail_nth(1); /* the writev */
+    ck_assert_int_eq(rill_session_append(s, t + 8, 8), RILL_EIO);
+    capture(&g, s, &after);
+    state_equal(&g, &before, &after, "failed record write");
+    state_free(&after);
+    ck_assert_int_eq(file_size(log), size);
+    ck_assert_int_eq(rill_session_append_text(s, "ok now ", 7), RILL_OK);
+    state_free(&before);
+    capture(&g, s, &before);
+    size = file_size(log);
+    rill__session_io_fail_nth(2); /* the fsync of FSYNC_ALWAYS */
+    ck_assert_int_eq(rill_session_rollback(s, 3), RILL_EIO);
+    rill__session_io_fail_nth(0);
+    capture(&g, s, &after);
+    state_equal(&g, &before, &after, "failed fsync");
+    state_free(&after);
+    ck_assert_int_eq(file_size(log), size);
+    ck_assert_int_eq(rill_session_append(s, t, 2), RILL_EIO); /* unusable now */
+    ck_assert_int_eq(rill_session_sync_log(s), RILL_EIO);
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_ALWAYS);
+    capture(&g, r, &after);
+    state_equal(&g, &before, &after, "restore after I/O errors");
+    state_free(&after);
+
+    /* snapshot: each file call failing -> an error, the old snapshot or (only when the last
+     * call, the directory fsync, fails) the new one at path, and no temporary file. (r's log is
+     * closed: a snapshot fsyncs it first, and a failed fsync would retire it.) */
+    ck_assert_int_eq(rill_session_close_log(r), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(r, snap), RILL_OK);
+    size_t old_len = 0;
+    unsigned char *old = read_all(snap, &old_len);
+    ck_assert_int_eq(rill_session_append(r, t, 16), RILL_OK);
+    c0 = rill__session_io_calls();
+    ck_assert_int_eq(rill_session_snapshot(r, tmp_path("i-count.snap")), RILL_OK);
+    points = rill__session_io_calls() - c0;
+    ck_assert_int_ge(points, 8);
+    printf("I/O failure walk of snapshot: %lld points\n", (long long)points);
+    for (int64_t k = 1; k <= points; k++) {
+        write_all(snap, old, old_len);
+        rill__session_io_fail_nth(k);
+        rill_err_t err = rill_session_snapshot(r, snap);
+        rill__session_io_fail_nth(0);
+        ck_assert_int_eq(err, RILL_EIO);
+        ck_assert_int_eq(count_tmp_files(), 0);
+        size_t n = 0;
+        unsigned char *now = read_all(snap, &n);
+        if (k < points) {
+            ck_assert(n == old_len && memcmp(now, old, n) == 0);
+        } else {
+            ck_assert_uint_ne(n, old_len); /* renamed: the new one */
+        }
+        free(now);
+        rill_session_t *x = restore_ok(&g, snap, NULL, RILL_SESSION_FSYNC_NEVER);
+        rill_session_destroy(&x);
+    }
+    free(old);
+    state_free(&before);
+    rill_session_destroy(&r);
+    rill_session_destroy(&s);
+
+    /* The fsync policies, counted in file calls: ALWAYS = write + fsync per call; EVERYSEC =
+     * write, plus an fsync once a second has passed, plus one at close; NEVER = write only. */
+    s = new_session(&g, 0, 0);
+    const char *pl = tmp_path("i-policy.log");
+    rill_session_fsync_t pols[3] = { RILL_SESSION_FSYNC_ALWAYS, RILL_SESSION_FSYNC_EVERYSEC,
+                                     RILL_SESSION_FSYNC_NEVER };
+    for (int k = 0; k < 3; k++) {
+        unlink(pl);
+        ck_assert_int_eq(rill_session_open_log(s, pl, pols[k]), RILL_OK);
+        c0 = rill__session_io_calls();
+        ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK);
+        ck_assert_int_eq(rill__session_io_calls() - c0, k == 0 ? 2 : 1);
+        if (k == 1) {
+            usleep(1100 * 1000);
+            c0 = rill__session_io_calls();
+            ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK);
+            ck_assert_int_eq(rill__session_io_calls() - c0, 2);
+            ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK);
+            ck_assert_int_eq(rill__session_io_calls() - c0, 3);
+        }
+        c0 = rill__session_io_calls();
+        ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+        ck_assert_int_eq(rill__session_io_calls() - c0, k == 1 ? 1 : 0);
+    }
+    rill_session_destroy(&s);
+
+    /* restore: cutting a torn tail can fail (the file calls after the reads). */
+    make_log(&g, log = tmp_path("i2.log"), 3, 0, NULL);
+    size_t len = 0;
+    unsigned char *whole = read_all(log, &len);
+    write_all(log, whole, len - 5);
+    c0 = rill__session_io_calls();
+    r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_ALWAYS);
+    points = rill__session_io_calls() - c0;
+    rill_session_destroy(&r);
+    ck_assert_int_eq(points, 3); /* open, ftruncate, fsync */
+    pool_view_t pv;
+    view(&g, &pv);
+    rill_log_set(count_warnings, NULL);
+    for (int64_t k = 1; k <= points; k++) {
+        write_all(log, whole, len - 5);
+        rill__session_io_fail_nth(k);
+        char msg[512];
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r, msg, sizeof msg);
+        rill__session_io_fail_nth(0);
+        ck_assert_msg(err == RILL_EIO, "%s: %s", rill_err_name(err), msg);
+        ck_assert_ptr_null(r);
+        same_pool(&g, &pv);
+    }
+    rill_log_set(NULL, NULL);
+    free(whole);
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(arguments_and_pairing_are_checked) {
+    rig_t g;
+    rig_open(&g, 512);
+    const char *snap = tmp_path("j.snap"), *log = tmp_path("j.log"), *log2 = tmp_path("j2.log");
+    rill_session_t *s = new_session(&g, 0, 0), *r = NULL;
+    char msg[512];
+    ck_assert_int_eq(rill_session_open_log(NULL, log, 0), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_open_log(s, NULL, 0), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_open_log(s, log, (rill_session_fsync_t)7), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_open_log(s, tmp_path("no/such/dir.log"), 0), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_snapshot(NULL, snap), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_snapshot(s, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_snapshot(s, tmp_path("no/such/dir.snap")), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_sync_log(s), RILL_OK);
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    ck_assert_int_eq(rill_session_restore(NULL, snap, NULL, 0, &r, msg, 512), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, NULL, 0, &r, msg, 512), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 0, NULL, msg, 512), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 9, &r, NULL, 0), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_seq(s), 0);
+
+    /* Sequence numbers: one per input call that changed something. */
+    int32_t t[4] = { 1, 2, 3, 4 };
+    ck_assert_int_eq(rill_session_append(s, t, 4), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, t, 0), RILL_OK);
+    ck_assert_int_eq(rill_session_flush_text(s), RILL_OK);  /* nothing held: not an input */
+    ck_assert_int_eq(rill_session_rollback(s, 4), RILL_OK); /* no-op */
+    ck_assert_int_eq(rill_session_seq(s), 1);
+
+    /* A log opened after input needs a snapshot; the snapshot pairs only with its own
+     * session's log, and only when no records are missing in between. */
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_EEXIST);
+    ck_assert(rill_session_has_log(s));
+    ck_assert_int_eq(rill_session_append(s, t, 2), RILL_OK);
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "begins at record 2"));
+    ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK); /* covers records 1..2 */
+    r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
+    ck_assert_int_eq(rill_session_seq(r), 2);
+    rill_session_destroy(&r);
+    ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK); /* record 3, unlogged */
+    ck_assert_int_eq(rill_session_open_log(s, log2, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK); /* record 4 */
+    ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r, msg, 512), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "missing"));
+    rill_session_t *f = NULL;
+    ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
+    ck_assert(!rill_session_has_log(f));
+    ck_assert_int_eq(rill_session_seq(f), 4);
+    ck_assert_int_eq(rill_session_snapshot(f, snap), RILL_OK);
+    rill_session_destroy(&s);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r, msg, 512), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "another session"));
+    ck_assert_ptr_null(r);
+    rill_session_destroy(&f);
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    clear_dir();
+    rig_close(&g);
+}
+END_TEST
+
+/* ---- the crash test ------------------------------------------------------------------------- */
+
+/* The child: a session with an FSYNC_ALWAYS log, appending batch after batch and writing each
+ * acknowledged batch's number to fd; a snapshot after batch 4. Never returns. */
+static _Noreturn void ingest_until_killed(const char *snap, const char *log, int fd) {
+    rig_t g;
+    rig_opts_t o = { MODEL, 1024, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE };
+    if (rig_try(&g, o) != 0) {
+        _exit(10);
+    }
+    rill_session_params_t sp = rill_session_default_params();
+    sp.n_sink = 16;
+    sp.window = 64;
+    rill_session_t *s = NULL;
+    if (rill_session_new(g.pool, &sp, &s) != RILL_OK ||
+        rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS) != RILL_OK) {
+        _exit(11);
+    }
+    for (int b = 0;; b++) {
+        int32_t t[8];
+        batch_tokens(b, t, g.V);
+        if (rill_session_append(s, t, 8) != RILL_OK) {
+            _exit(12);
+        }
+        if (write(fd, &b, sizeof b) != (ssize_t)sizeof b) {
+            _exit(13);
+        }
+        if (b == 4 && rill_session_snapshot(s, snap) != RILL_OK) {
+            _exit(14);
+        }
+    }
+}
+
+START_TEST(sigkill_mid_ingest_loses_no_acknowledged_batch) {
+    const char *snap = tmp_path("k.snap"), *log = tmp_path("k.log");
+    const int kill_after[] = { 7, 23, 61 };
+    for (int round = 0; round < 3; round++) {
+        clear_dir();
+        int fds[2];
+        ck_assert_int_eq(pipe(fds), 0);
+        fflush(NULL);
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0) {
+            close(fds[0]);
+            ingest_until_killed(snap, log, fds[1]);
+        }
+        close(fds[1]);
+        int acked = -1, b = 0, n_read = 0;
+        while (read(fds[0], &b, sizeof b) == (ssize_t)sizeof b) {
+            ck_assert_int_eq(b, acked + 1);
+            acked = b;
+            if (++n_read == kill_after[round]) {
+                kill(pid, SIGKILL);
+            }
+        }
+        close(fds[0]); /* EOF: the child is gone; every ack it sent has been read */
+        int status = 0;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL,
+                      "the child ended on its own (status %d)", status);
+        ck_assert_int_ge(acked, kill_after[round] - 1);
+
+        rig_t g;
+        rig_open(&g, 1024);
+        /* Every acknowledged batch is in the log (and at most the one in flight besides). */
+        rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
+        int64_t batches = rill_session_seq(r);
+        ck_assert_msg(batches == acked + 1 || batches == acked + 2,
+                      "acknowledged %d batches, the log holds %lld", acked + 1, (long long)batches);
+        printf("SIGKILL round %d: %d batches acknowledged, %lld in the log\n", round, acked + 1,
+               (long long)batches);
+        rill_session_stats_t st;
+        rill_session_stats(r, &st);
+        ck_assert_int_eq(st.n_seen, 8 * batches);
+        /* ... with the right contents: the same state as feeding those batches afresh. */
+        rill_session_t *ref = new_session(&g, 16, 64);
+        for (int64_t k = 0; k < batches; k++) {
+            int32_t t[8];
+            batch_tokens((int)k, t, g.V);
+            ck_assert_int_eq(rill_session_append(ref, t, 8), RILL_OK);
+        }
+        state_t want, got;
+        capture(&g, ref, &want);
+        capture(&g, r, &got);
+        state_equal(&g, &want, &got, "log after SIGKILL");
+        state_free(&got);
+        rill_session_destroy(&r);
+        /* The snapshot written before the kill, plus the log, gives the same. */
+        if (acked >= 5) {
+            r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
+            capture(&g, r, &got);
+            state_equal(&g, &want, &got, "snapshot + log after SIGKILL");
+            state_free(&got);
+            rill_session_destroy(&r);
+        }
+        state_free(&want);
+        rill_session_destroy(&ref);
+        rig_close(&g);
+    }
+    clear_dir();
+}
+END_TEST
+
+static bool have_model(void) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, MODEL);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        fclose(f);
+    }
+    return f != NULL;
+}
+
+int main(void) {
+    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
+    if (!have_model()) {
+        printf("SKIP: tests/data/models/%s is missing: run tools/make_test_models.py\n", MODEL);
+        return 77;
+    }
+    snprintf(g_dir, sizeof g_dir, "/tmp/rill-durability-XXXXXX");
+    if (mkdtemp(g_dir) == NULL) {
+        perror("mkdtemp");
+        return EXIT_FAILURE;
+    }
+    Suite *su = suite_create("sessions_durability");
+    TCase *tc = tcase_create("durability");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, sigkill_mid_ingest_loses_no_acknowledged_batch);
+    tcase_add_test(tc, snapshot_destroy_restore_is_bit_identical);
+    tcase_add_test(tc, restore_and_replay_reach_the_uninterrupted_state);
+    tcase_add_test(tc, torn_last_record_is_dropped);
+    tcase_add_test(tc, corruption_before_the_tail_is_an_error);
+    tcase_add_test(tc, damaged_snapshots_are_refused_cleanly);
+    tcase_add_test(tc, another_model_is_refused);
+    tcase_add_test(tc, a_budget_too_small_is_efull_and_changes_nothing);
+    tcase_add_test(tc, allocation_failures_in_snapshot_restore_and_open_log);
+    tcase_add_test(tc, io_failures_lose_nothing_acknowledged);
+    tcase_add_test(tc, arguments_and_pairing_are_checked);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    clear_dir();
+    rmdir(g_dir);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
