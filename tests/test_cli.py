@@ -145,6 +145,54 @@ def t_bench_model():
     assert rows == ["pp", "tg"], out
 
 
+def t_session_script():
+    """The script language end to end: logits agree with `rill logits`, fork/rollback/stats,
+    generate, and a snapshot + log restore that reproduces the session."""
+    m = os.path.join(TINY, "rill-tiny-qwen2-Q8_0.gguf")
+    ids = "5 17 200 33 9 120 7 64 250 3"
+    with tempfile.TemporaryDirectory() as d:
+        snap, log = os.path.join(d, "a.snap"), os.path.join(d, "a.log")
+        script = "\n".join([
+            "# comment line",
+            "new a",
+            f"log a {log} always",
+            "append a " + ids,
+            "logits a",
+            "fork a b",
+            "append b 1 2 3",
+            "rollback b 10",
+            "logits b",
+            "stats a",
+            f"snapshot a {snap}",
+            "append a 44 45",
+            "logits a",
+            "drop a",
+            f"restore c {snap} log {log}",
+            "logits c",
+            "stats c",
+            "generate c 4",
+        ]) + "\n"
+        p = subprocess.run([RILL, "session-script", "--model", m, "--kv-type", "f32", "-"],
+                           input=script, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert len(lines) == 7, lines
+        want = run("logits", "--model", m, "--tokens", ids, "--kv-type", "f32").stdout.split()
+        assert lines[0].split() == want, "session logits differ from rill logits"
+        assert lines[1] == lines[0], "fork + append + rollback did not restore the logits"
+        st = json.loads(lines[2])
+        for k in ("n_seen", "n_resident", "n_sink", "kept_from", "pos_next", "pages", "bytes"):
+            assert k in st, (k, st)
+        assert st["n_seen"] == 10 and st["pos_next"] == 10, st
+        assert lines[4] == lines[3], "restore (snapshot + log replay) differs from the session"
+        st = json.loads(lines[5])
+        assert st["n_seen"] == 12, st
+        assert len(lines[6].split()) == 4
+    p = subprocess.run([RILL, "session-script", "--model", m, "-"], input="frobnicate a\n",
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "frobnicate" in p.stderr, p.stderr
+
+
 def main():
     if not os.path.exists(os.path.join(TINY, "rill-tiny-llama-F32.gguf")):
         print("SKIP: tests/data/models/ is empty (tools/make_test_models.py)")
