@@ -6,14 +6,16 @@
  * installs this table after rill__cpu_has_avx2() (CPUID + XGETBV). -ffp-contract=off (set for the
  * whole target) keeps the compiler from fusing a*b+c behind our back: every FMA here is written.
  *
- * Numerics: the quantized dot products reproduce llama.cpp's AVX2 code operation for operation
- * (see docs/quantization.md): the same byte layout in each 256-bit vector, so maddubs/madd produce
- * the same int32 lane sums; the same per-block float step; the same final horizontal sum. Q4_0
- * with a multiple of 8 rows follows llama.cpp's repacked kernels instead (exact block sums, one
- * FMA per block), because that is what llama.cpp runs for it. A dot product therefore never
- * depends on how many tokens share its tile or which thread computed it. The activation
- * quantizers (Q8_0, Q8_1) are llama.cpp's AVX2 quantizers; Q8_K uses the plain-C one, as
- * llama.cpp does on x86.
+ * Numerics: the dot products reproduce llama.cpp's AVX2 code operation for operation, for each
+ * kernel llama.cpp may pick (rill__mm_path_for; backend.c's rill__dot_ggml states them lane by
+ * lane): the same byte layout in each 256-bit vector, so maddubs/madd produce the same int32 lane
+ * sums; the same per-block float step; the same final horizontal sum. vec_dot for one token,
+ * tinyBLAS's single 8-lane accumulator for F32/F16/BF16 batches, the tiled kernel's per-block
+ * fma(res, d_a) for K-quant batches of 8+, the repacked q4_0_8x8 (exact block sums, one FMA per
+ * block) and q4_K_8x8 (gemv per block, gemm per pair of sub-blocks) kernels. A dot product
+ * therefore depends on the kernel llama.cpp picks for the batch, never on how many tokens share
+ * its tile or which thread computed it. The activation quantizers (Q8_0, Q8_1) are llama.cpp's
+ * AVX2 quantizers; Q8_K uses the plain-C one, as llama.cpp does on x86.
  *
  * Tiles: one weight row against up to 4 tokens (Q4_0: 8 rows against up to 4 tokens). The weight
  * block is decoded once (nibbles unpacked, scales shuffled) and used for every token, which is
@@ -25,9 +27,9 @@
  * weights (the 8-row Q4_0 kernel reads the mmapped layout and matches the repacked speed), and
  * 2-row tiles for the K-quants (register pressure with AVX2's 16 registers).
  *
- * Attention: per task, one KV head and up to 16 of its query heads, in groups of 4 whose dot
- * products and V accumulators stay in registers; scores of up to 8 positions at a time, a
- * vectorized exp for the softmax weights.
+ * Attention, RMSNorm, SwiGLU: llama.cpp's own arithmetic (the non-flash attention path, ggml's
+ * exp), operation for operation, so that their bits equal the reference backend's lane-by-lane
+ * statement of it (backend.c) and llama.cpp's; see the attention section for how.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -127,25 +129,39 @@ INLINE AVX2 __m256i k4_scales_mins(const uint8_t *scales) {
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
 }
 
-/* exp(x) for x in [-87.3, 88], about 1 ulp (Cephes' expf polynomial). Below the range it returns
- * ~1e-38 instead of a subnormal, above it saturates: neither matters for softmax or silu. */
-INLINE AVX2 __m256 exp256(__m256 x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.0f));
-    const __m256 n =
-        _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), ROUND_NEAREST);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r);
-    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
-    const __m256i e =
-        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+/* ggml_v_expf, the AVX2 build's exp (vec.h), operation for operation: rill__ggml_expf is its
+ * lane. Inputs of -inf give exactly 0 (softmax's masked slots), NaN stays NaN. */
+INLINE AVX2 __m256 ggml_expf8(__m256 x) {
+    const __m256 r = _mm256_set1_ps(0x1.8p23f);
+    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
+    const __m256 n = _mm256_sub_ps(z, r);
+    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
+    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
+    const __m256 k =
+        _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
+    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
+    const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126), _CMP_GT_OQ);
+    const __m256 u = _mm256_mul_ps(b, b);
+    const __m256 j = _mm256_fmadd_ps(
+        _mm256_fmadd_ps(
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
+            _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
+    if (!_mm256_movemask_ps(c)) {
+        return _mm256_fmadd_ps(j, k, k);
+    }
+    const __m256i g =
+        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
+                         _mm256_set1_epi32((int)0x82000000u));
+    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
+    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
+    const __m256 d = _mm256_cmp_ps(an, _mm256_set1_ps(192), _CMP_GT_OQ);
+    return _mm256_or_ps(
+        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
+        _mm256_andnot_ps(
+            d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
+                            _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
 }
 
 #define ACT(T, as, act, t, i) ((const T *)((const char *)(act) + (size_t)(t) * (as)) + (i))
@@ -170,6 +186,17 @@ INLINE AVX2 __m256 exp256(__m256 x) {
             break;                                                                                \
         }                                                                                         \
     }
+
+/* Tile entries of a kernel body with a numerics path (a compile-time constant inside). */
+#define PATH_ENTRY(name, body, path)                                                              \
+    INLINE AVX2 void name##_n(int64_t n, const void *w, const void *act, size_t as, const int nt, \
+                              float *y, int64_t ys) {                                             \
+        body(path, n, w, act, as, nt, y, ys);                                                     \
+    }                                                                                             \
+    TILE_ENTRY(name)
+#define KQ_ENTRIES(T)                          \
+    PATH_ENTRY(tile_##T, tile_##T##_p, KQ_VEC) \
+    PATH_ENTRY(tiled_##T, tile_##T##_p, KQ_TILED)
 
 /* ---- act rows with f32 side data -------------------------------------------------------------
  *
@@ -391,6 +418,44 @@ TILE_ENTRY(tile_q4_1)
 
 /* ---- Q4_K, Q5_K x Q8_K ---------------------------------------------------------------------- */
 
+/* Which of llama.cpp's kernels a K-quant tile reproduces. All three form the same exact integer
+ * sums per super-block (s1 = sum_s sc_s sum_j q_j a_j, s2 = sum_s m_s bsum_s); they differ in
+ * the float steps:
+ *   KQ_VEC    ggml_vec_dot_q*_K (fewer than 8 tokens): 8 int32 lanes scaled and fused per block;
+ *   KQ_TILED  the tiled kernel (8+ tokens, weights not repacked): per block
+ *             res = fma(-dmin, (float)s2, d * (float)s1), acc = fma(res, d_a, acc);
+ *   KQ_REPACK q4_K_8x8 gemv (Q4_K with a multiple of 8 rows, the last T % 4 tokens of a batch,
+ *             or all of a batch of 1-3): acc = fma((float)s1, d * d_a, acc),
+ *             accm = fma((float)s2, dmin * d_a, accm) per block, then acc - accm;
+ *   KQ_REPACK4 q4_K_8x8 gemm (the tokens in whole groups of 4): the same, but per pair of
+ *             sub-blocks (64 values) instead of per block. */
+enum { KQ_VEC = 0, KQ_TILED = 1, KQ_REPACK = 2, KQ_REPACK4 = 3 };
+
+INLINE AVX2 int32_t hsum_epi32(__m256i v) { /* exact: any order */
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+INLINE AVX2 int32_t hsum_epi32_4(__m128i x) {
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(1, 0, 3, 2)));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* The KQ_TILED / KQ_REPACK float steps of one super-block (s2 = 0 and dmin unused for Q6_K). */
+INLINE AVX2 void kq_block(const int path, int32_t s1, int32_t s2, float dw, float dminw, float da,
+                          float *acc, float *accm) {
+    if (path == KQ_TILED) {
+        const float res = fma1(-dminw, (float)s2, dw * (float)s1);
+        *acc = fma1(res, da, *acc);
+    } else {
+        *acc = fma1((float)s1, dw * da, *acc);
+        *accm = fma1((float)s2, dminw * da, *accm);
+    }
+}
+
 /* Scale of sub-block s (0..7) in every int16 pair of a vector (shuffle of the broadcast scales);
  * the masks come from a table so that the sub-block loop needs no unrolling to have constants. */
 static const uint8_t k4_shuffle[8][32] = {
@@ -417,9 +482,10 @@ INLINE AVX2 __m128i k4_min_prod(__m256i mins_scales, const block_q8_K *a) {
     return _mm_madd_epi16(_mm256_extracti128_si256(mins_scales, 1), q8s);
 }
 
-INLINE AVX2 void tile_q4_K_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                             float *y, int64_t ys) {
+INLINE AVX2 void tile_q4_K_p(const int path, int64_t n, const void *w, const void *act, size_t as,
+                             const int nt, float *y, int64_t ys) {
     const block_q4_K *x = w;
+    float kacc[RILL__TILE_T] = { 0 }, kaccm[RILL__TILE_T] = { 0 };
     const __m256i m4 = _mm256_set1_epi8(0xF);
     __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                                  _mm256_setzero_ps() };
@@ -431,6 +497,7 @@ INLINE AVX2 void tile_q4_K_n(int64_t n, const void *w, const void *act, size_t a
         const __m256i scales = _mm256_insertf128_si256(_mm256_castsi128_si256(sc128), sc128, 1);
         __m256i sumi[RILL__TILE_T] = { _mm256_setzero_si256(), _mm256_setzero_si256(),
                                        _mm256_setzero_si256(), _mm256_setzero_si256() };
+        int32_t s1_sb[RILL__TILE_T][QK_K / 64];
         _Pragma("GCC unroll 1") for (int j = 0; j < QK_K / 64; j++) {
             const __m256i scale_l = k4_scale(scales, 2 * j), scale_h = k4_scale(scales, 2 * j + 1);
             const __m256i q4bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
@@ -443,13 +510,31 @@ INLINE AVX2 void tile_q4_K_n(int64_t n, const void *w, const void *act, size_t a
                 const __m256i q8h = _mm256_loadu_si256((const __m256i *)(q8 + 32));
                 const __m256i p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, q8l));
                 const __m256i p16h = _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, q8h));
-                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p16l, p16h));
+                if (path == KQ_REPACK4) {
+                    s1_sb[t][j] = hsum_epi32(_mm256_add_epi32(p16l, p16h));
+                } else {
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p16l, p16h));
+                }
             }
         }
         const float dw = fp16(x[i].d), dminw = fp16(x[i].dmin);
         UNROLL_T
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = ACT(block_q8_K, as, act, t, i);
+            if (path == KQ_REPACK4) { /* lane j of the min products is pair j's s2 */
+                _Alignas(16) int32_t s2_sb[4];
+                _mm_store_si128((__m128i *)s2_sb, k4_min_prod(mins_scales, a));
+                for (int j = 0; j < QK_K / 64; j++) {
+                    kq_block(KQ_REPACK, s1_sb[t][j], s2_sb[j], dw, dminw, a->d, &kacc[t],
+                             &kaccm[t]);
+                }
+                continue;
+            }
+            if (path != KQ_VEC) {
+                kq_block(path, hsum_epi32(sumi[t]), hsum_epi32_4(k4_min_prod(mins_scales, a)), dw,
+                         dminw, a->d, &kacc[t], &kaccm[t]);
+                continue;
+            }
             const float d = a->d * dw, dmin = -a->d * dminw;
             acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_min_prod(mins_scales, a)),
                                     acc_m[t]);
@@ -458,14 +543,17 @@ INLINE AVX2 void tile_q4_K_n(int64_t n, const void *w, const void *act, size_t a
     }
     UNROLL_T
     for (int t = 0; t < nt; t++) {
-        y[t * ys] = hsum8(acc[t]) + hsum4(acc_m[t]);
+        y[t * ys] = path == KQ_VEC ? hsum8(acc[t]) + hsum4(acc_m[t]) : kacc[t] - kaccm[t];
     }
 }
-TILE_ENTRY(tile_q4_K)
+KQ_ENTRIES(q4_K)
+PATH_ENTRY(repack_q4_K, tile_q4_K_p, KQ_REPACK)
+PATH_ENTRY(repack4_q4_K, tile_q4_K_p, KQ_REPACK4)
 
-INLINE AVX2 void tile_q5_K_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                             float *y, int64_t ys) {
+INLINE AVX2 void tile_q5_K_p(const int path, int64_t n, const void *w, const void *act, size_t as,
+                             const int nt, float *y, int64_t ys) {
     const block_q5_K *x = w;
+    float kacc[RILL__TILE_T] = { 0 }, kaccm[RILL__TILE_T] = { 0 };
     const __m256i m4 = _mm256_set1_epi8(0xF), sixteen = _mm256_set1_epi8(16);
     __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                                  _mm256_setzero_ps() };
@@ -504,6 +592,11 @@ INLINE AVX2 void tile_q5_K_n(int64_t n, const void *w, const void *act, size_t a
         UNROLL_T
         for (int t = 0; t < nt; t++) {
             const block_q8_K *a = ACT(block_q8_K, as, act, t, i);
+            if (path != KQ_VEC) {
+                kq_block(path, hsum_epi32(sumi[t]), hsum_epi32_4(k4_min_prod(mins_scales, a)), dw,
+                         dminw, a->d, &kacc[t], &kaccm[t]);
+                continue;
+            }
             const float d = a->d * dw, dmin = -a->d * dminw;
             const __m128i prod = k4_min_prod(mins_scales, a);
             const __m128i zero = _mm_setzero_si128();
@@ -514,10 +607,10 @@ INLINE AVX2 void tile_q5_K_n(int64_t n, const void *w, const void *act, size_t a
     }
     UNROLL_T
     for (int t = 0; t < nt; t++) {
-        y[t * ys] = hsum8(acc[t]) + summs[t];
+        y[t * ys] = path == KQ_VEC ? hsum8(acc[t]) + summs[t] : kacc[t] - kaccm[t];
     }
 }
-TILE_ENTRY(tile_q5_K)
+KQ_ENTRIES(q5_K)
 
 /* ---- Q6_K x Q8_K ---------------------------------------------------------------------------- */
 
@@ -526,9 +619,10 @@ TILE_ENTRY(tile_q5_K)
  * (lane k: 32 * (bsum[2k] * sc[2k] + bsum[2k+1] * sc[2k+1])). The lane split matters: each lane
  * is converted to float and fused separately, so this is the only order that gives llama.cpp's
  * bits. */
-INLINE AVX2 void tile_q6_K_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                             float *y, int64_t ys) {
+INLINE AVX2 void tile_q6_K_p(const int path, int64_t n, const void *w, const void *act, size_t as,
+                             const int nt, float *y, int64_t ys) {
     const block_q6_K *x = w;
+    float kacc[RILL__TILE_T] = { 0 }, kaccm[RILL__TILE_T] = { 0 };
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3);
     __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                                  _mm256_setzero_ps() };
@@ -566,6 +660,11 @@ INLINE AVX2 void tile_q6_K_n(int64_t n, const void *w, const void *act, size_t a
             const block_q8_K *a = ACT(block_q8_K, as, act, t, i);
             const __m256i q8sums = _mm256_loadu_si256((const __m256i *)a->bsums);
             const __m256i offset = _mm256_slli_epi32(_mm256_madd_epi16(q8sums, scales_16), 5);
+            if (path != KQ_VEC) {
+                kq_block(path, hsum_epi32(_mm256_sub_epi32(sumi[t], offset)), 0, dw, 0.0f, a->d,
+                         &kacc[t], &kaccm[t]);
+                continue;
+            }
             const float d = a->d * dw;
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d),
                                      _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], offset)), acc[t]);
@@ -573,10 +672,10 @@ INLINE AVX2 void tile_q6_K_n(int64_t n, const void *w, const void *act, size_t a
     }
     UNROLL_T
     for (int t = 0; t < nt; t++) {
-        y[t * ys] = hsum8(acc[t]);
+        y[t * ys] = path == KQ_VEC ? hsum8(acc[t]) : kacc[t];
     }
 }
-TILE_ENTRY(tile_q6_K)
+KQ_ENTRIES(q6_K)
 
 /* ---- F32, F16, BF16 weights (act rows are f32) ---------------------------------------------- */
 
@@ -601,58 +700,94 @@ INLINE AVX2 float load_w1(rill_dtype_t wt, const void *w, int64_t k) {
     return ((const float *)w)[k];
 }
 
-/* Two accumulators per token (even and odd 8-wide steps) break the FMA latency chain; the
- * summation order is the same for every token count. */
-INLINE AVX2 void tile_float_n(rill_dtype_t wt, int64_t n, const void *w, const void *act, size_t as,
-                              const int nt, float *y, int64_t ys) {
-    __m256 acc0[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                                  _mm256_setzero_ps() };
-    __m256 acc1[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                                  _mm256_setzero_ps() };
-    int64_t k = 0;
-    for (; k + 16 <= n; k += 16) {
+/* llama.cpp's two kernels for float weights (the act rows hold the values already rounded to
+ * the weight's type, as f32):
+ *   FP_GEMM  tinyBLAS (2+ tokens, n % 8 == 0, rows % 4 == 0): one 8-lane FMA accumulator over
+ *            the row, then (t0 + t2) + (t1 + t3);
+ *   FP_VEC   ggml_vec_dot_f32 / _f16 / _bf16 (one token): four accumulators over each 32 values,
+ *            (a0 + a2) + (a1 + a3), then (t0 + t1) + (t2 + t3) (F32, F16: GGML_F32x8_REDUCE) or
+ *            (t0 + t2) + (t1 + t3) (BF16's own reduction), then the n % 32 tail (in double for
+ *            F16 and BF16; rill__ggml_dot_tail's mix of products and FMAs for F32). */
+enum { FP_VEC = 0, FP_GEMM = 1 };
+
+/* (t0 + t1) + (t2 + t3) with t_i = x_i + x_{i+4}: two hadds, as GGML_F32x8_REDUCE. */
+INLINE AVX2 float hsum8_b(__m256 x) {
+    const __m128 t = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    const __m128 h = _mm_hadd_ps(t, t);
+    return _mm_cvtss_f32(_mm_hadd_ps(h, h));
+}
+
+INLINE AVX2 void tile_float_p(rill_dtype_t wt, const int path, int64_t n, const void *w,
+                              const void *act, size_t as, const int nt, float *y, int64_t ys) {
+    if (path == FP_GEMM) {
+        __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                                     _mm256_setzero_ps() };
+        for (int64_t k = 0; k < n; k += 8) {
+            const __m256 w0 = load_w(wt, w, k);
+            UNROLL_T
+            for (int t = 0; t < nt; t++) {
+                acc[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(ACT(float, as, act, t, k)), acc[t]);
+            }
+        }
+        UNROLL_T
+        for (int t = 0; t < nt; t++) {
+            y[t * ys] = hsum8(acc[t]);
+        }
+        return;
+    }
+    __m256 a0[RILL__TILE_T], a1[RILL__TILE_T], a2[RILL__TILE_T], a3[RILL__TILE_T];
+    UNROLL_T
+    for (int t = 0; t < nt; t++) {
+        a0[t] = a1[t] = a2[t] = a3[t] = _mm256_setzero_ps();
+    }
+    const int64_t np = n & ~(int64_t)31;
+    for (int64_t k = 0; k < np; k += 32) {
         const __m256 w0 = load_w(wt, w, k), w1 = load_w(wt, w, k + 8);
+        const __m256 w2 = load_w(wt, w, k + 16), w3 = load_w(wt, w, k + 24);
         UNROLL_T
         for (int t = 0; t < nt; t++) {
             const float *a = ACT(float, as, act, t, k);
-            acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a), acc0[t]);
-            acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + 8), acc1[t]);
-        }
-    }
-    for (; k + 8 <= n; k += 8) {
-        const __m256 w0 = load_w(wt, w, k);
-        UNROLL_T
-        for (int t = 0; t < nt; t++) {
-            acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(ACT(float, as, act, t, k)), acc0[t]);
+            a0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a), a0[t]);
+            a1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a + 8), a1[t]);
+            a2[t] = _mm256_fmadd_ps(w2, _mm256_loadu_ps(a + 16), a2[t]);
+            a3[t] = _mm256_fmadd_ps(w3, _mm256_loadu_ps(a + 24), a3[t]);
         }
     }
     UNROLL_T
     for (int t = 0; t < nt; t++) {
-        float tail = 0.0f;
-        for (int64_t j = k; j < n; j++) {
-            tail += load_w1(wt, w, j) * *ACT(float, as, act, t, j);
+        const __m256 r = _mm256_add_ps(_mm256_add_ps(a0[t], a2[t]), _mm256_add_ps(a1[t], a3[t]));
+        float sum = wt == RILL_DTYPE_BF16 ? hsum8(r) : hsum8_b(r);
+        if (np < n) {
+            const float *a = ACT(float, as, act, t, 0);
+            if (wt == RILL_DTYPE_F32) {
+                sum = rill__ggml_dot_tail(w, a, np, n, sum, false);
+            } else {
+                double s = sum;
+                for (int64_t k = np; k < n; k++) {
+                    s += (double)(load_w1(wt, w, k) * a[k]);
+                }
+                sum = (float)s;
+            }
         }
-        y[t * ys] = hsum8(_mm256_add_ps(acc0[t], acc1[t])) + tail;
+        y[t * ys] = sum;
     }
 }
 
-INLINE AVX2 void tile_f32_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                            float *y, int64_t ys) {
-    tile_float_n(RILL_DTYPE_F32, n, w, act, as, nt, y, ys);
-}
-TILE_ENTRY(tile_f32)
+#define FLOAT_ENTRIES(T, DT)                                                            \
+    INLINE AVX2 void tile_##T##_n(int64_t n, const void *w, const void *act, size_t as, \
+                                  const int nt, float *y, int64_t ys) {                 \
+        tile_float_p(DT, FP_VEC, n, w, act, as, nt, y, ys);                             \
+    }                                                                                   \
+    TILE_ENTRY(tile_##T)                                                                \
+    INLINE AVX2 void gemm_##T##_n(int64_t n, const void *w, const void *act, size_t as, \
+                                  const int nt, float *y, int64_t ys) {                 \
+        tile_float_p(DT, FP_GEMM, n, w, act, as, nt, y, ys);                            \
+    }                                                                                   \
+    TILE_ENTRY(gemm_##T)
 
-INLINE AVX2 void tile_f16_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                            float *y, int64_t ys) {
-    tile_float_n(RILL_DTYPE_F16, n, w, act, as, nt, y, ys);
-}
-TILE_ENTRY(tile_f16)
-
-INLINE AVX2 void tile_bf16_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
-                             float *y, int64_t ys) {
-    tile_float_n(RILL_DTYPE_BF16, n, w, act, as, nt, y, ys);
-}
-TILE_ENTRY(tile_bf16)
+FLOAT_ENTRIES(f32, RILL_DTYPE_F32)
+FLOAT_ENTRIES(f16, RILL_DTYPE_F16)
+FLOAT_ENTRIES(bf16, RILL_DTYPE_BF16)
 
 /* ---- activation quantizers ------------------------------------------------------------------ */
 
@@ -754,49 +889,68 @@ static AVX2 void act_bf16(const float *x, void *act, int64_t n) {
 
 /* ---- elementwise ---------------------------------------------------------------------------- */
 
-static AVX2 void rms_norm_row(float *y, const float *x, const float *w, int64_t n, float eps) {
-    __m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(x + i);
-        const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));
-        const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
-        s0 = _mm256_fmadd_pd(lo, lo, s0); /* products of f32 values are exact in double */
-        s1 = _mm256_fmadd_pd(hi, hi, s1);
-    }
-    double lanes[4];
-    _mm256_storeu_pd(lanes, _mm256_add_pd(s0, s1));
-    double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    for (; i < n; i++) {
-        sum += (double)x[i] * x[i];
-    }
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    const __m256 vs = _mm256_set1_ps(scale);
-    for (i = 0; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
-        if (w != NULL) {
-            v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+/* ggml's RMSNorm sums the f32 squares of a row in double one after the other: a chain of
+ * dependent adds that any other order would round differently. Four rows run at once, one per
+ * lane of a double vector, so the chains overlap instead of waiting on each other. */
+static AVX2 void rms_norm_rows(float *y, const float *x, const float *w, int64_t n_rows, int64_t n,
+                               float eps) {
+    for (int64_t r0 = 0; r0 < n_rows; r0 += 4) {
+        const int64_t nr = n_rows - r0 < 4 ? n_rows - r0 : 4;
+        const float *x0 = x + r0 * n;
+        const float *x1 = x0 + (nr > 1 ? n : 0), *x2 = x0 + (nr > 2 ? 2 * n : 0);
+        const float *x3 = x0 + (nr > 3 ? 3 * n : 0);
+        __m256d sum = _mm256_setzero_pd();
+        for (int64_t i = 0; i < n; i++) {
+            const __m128 v = _mm_setr_ps(x0[i], x1[i], x2[i], x3[i]);
+            sum = _mm256_add_pd(sum, _mm256_cvtps_pd(_mm_mul_ps(v, v)));
         }
-        _mm256_storeu_ps(y + i, v);
-    }
-    for (; i < n; i++) {
-        y[i] = w != NULL ? (x[i] * scale) * w[i] : x[i] * scale;
+        _Alignas(32) double sums[4];
+        _mm256_store_pd(sums, sum);
+        for (int64_t r = 0; r < nr; r++) {
+            const float *xr = x0 + r * n;
+            float *yr = y + (r0 + r) * n;
+            const float mean = (float)(sums[r] / (double)n);
+            const float scale = 1.0f / sqrtf(mean + eps);
+            const __m256 vs = _mm256_set1_ps(scale);
+            int64_t i = 0;
+            for (; i + 8 <= n; i += 8) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xr + i), vs);
+                if (w != NULL) {
+                    v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+                }
+                _mm256_storeu_ps(yr + i, v);
+            }
+            for (; i < n; i++) {
+                yr[i] = w != NULL ? (xr[i] * scale) * w[i] : xr[i] * scale;
+            }
+        }
     }
 }
 
+/* rill__rope_apply compiled for FMA: its fmaf become single instructions instead of libm calls. */
+static AVX2 void rope_apply(float *x, const rill_rope_t *rope, const float *cs) {
+    const int32_t n_rot = rope->n_rot;
+    const int32_t stride = rope->mode == RILL_ROPE_NEOX ? n_rot / 2 : 1;
+    for (int32_t i = 0; i < n_rot; i += 2) {
+        const int32_t j = rope->mode == RILL_ROPE_NEOX ? i / 2 : i;
+        const float x0 = x[j], x1 = x[j + stride];
+        const float c = cs[i], s = cs[i + 1];
+        x[j] = fma1(x0, c, -(x1 * s));
+        x[j + stride] = fma1(x0, s, x1 * c);
+    }
+}
+
+/* ggml_vec_swiglu_f32: ggml_v_silu(g) * u per 8, ggml_silu_f32 (libm expf) for the tail. */
 static AVX2 void swiglu(float *y, const float *g, const float *u, int64_t n) {
-    const __m256 one = _mm256_set1_ps(1.0f), neg = _mm256_set1_ps(-0.0f);
+    const __m256 one = _mm256_set1_ps(1.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 gv = _mm256_loadu_ps(g + i);
-        const __m256 e = exp256(_mm256_xor_ps(gv, neg));
+        const __m256 e = ggml_expf8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
         const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(one, e));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
     }
-    for (; i < n; i++) {
-        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    rill__ggml_swiglu(y + i, g + i, u + i, n - i);
 }
 
 static AVX2 void add(float *y, const float *a, const float *c, int64_t n) {
@@ -820,7 +974,20 @@ static AVX2 void to_f16(uint16_t *dst, const float *src, int64_t n) {
     }
 }
 
-/* ---- attention ------------------------------------------------------------------------------ */
+/* ---- attention ------------------------------------------------------------------------------
+ *
+ * llama.cpp's non-flash attention (rill__attention_head_ref states it lane by lane), for the
+ * n_q query heads of a task, in three passes over the task's slots in chunks of 8 (a chunk never
+ * straddles a page: P % 8 == 0, else the scalar path runs):
+ *   1. scores: per K row and head, ggml_vec_dot_f32's four accumulators, then the final two-hadd
+ *      reductions of 8 rows at once (transposed, same additions); scaled, +0, masked, stored in
+ *      the thread's scratch row of that head, and the running max;
+ *   2. softmax: ggml_expf8 of (w - max) 8 slots at a time, each chunk's sum added to a double,
+ *      then every weight times (float)(1 / sum) (rounded to f16 for an F16 pool);
+ *   3. the weighted sum of V, 8 dims at a time with one accumulator per slot lane in registers:
+ *      lane j % 8 for a batch of 2+ tokens (tinyBLAS), lane j % 32 in four groups for one token
+ *      (ggml_vec_dot_f32), then llama.cpp's horizontal sums, done across dims with vector adds.
+ * Slots past n_kv read a zero row (no uninitialized pool rows are touched) and weigh exactly 0. */
 
 INLINE AVX2 __m256 load_kv8(bool f16, const uint8_t *row, int32_t d) {
     if (f16) {
@@ -829,148 +996,326 @@ INLINE AVX2 __m256 load_kv8(bool f16, const uint8_t *row, int32_t d) {
     return _mm256_loadu_ps((const float *)row + d);
 }
 
-#define CHUNK 8 /* positions scored at once: one vector of softmax weights */
+static _Alignas(32) const float zero_row[RILL_KV_MAX_HEAD_DIM];
 
-/* Scores of one K row against nh (1..4, constant after inlining) query heads: the K row is
- * converted once per 8 dims and the nh dot products stay in registers. */
-INLINE AVX2 void scores_n(bool f16, const uint8_t *krow, int32_t D,
-                          const float (*qf)[RILL_KV_MAX_HEAD_DIM], float scale, int32_t r,
-                          float (*sc)[CHUNK], const int nh) {
-    __m256 dot[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                      _mm256_setzero_ps() };
-    for (int32_t d = 0; d < D; d += 8) {
-        const __m256 kk = load_kv8(f16, krow, d);
-        _Pragma("GCC unroll 4") for (int i = 0; i < nh; i++) {
-            dot[i] = _mm256_fmadd_ps(_mm256_load_ps(&qf[i][d]), kk, dot[i]);
+/* ggml_vec_dot_f32's 32-value body for one K row and one q: (a0 + a2) + (a1 + a3). */
+INLINE AVX2 __m256 dot_body(const float *k, const float *q, int32_t np) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    for (int32_t d = 0; d < np; d += 32) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d), _mm256_load_ps(q + d), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 8), _mm256_load_ps(q + d + 8), a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 16), _mm256_load_ps(q + d + 16), a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + d + 24), _mm256_load_ps(q + d + 24), a3);
+    }
+    return _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+}
+
+/* [lo(x) + hi(x) | lo(y) + hi(y)]: the first step of GGML_F32x8_REDUCE's tail, two rows. */
+INLINE AVX2 __m256 halves2(__m256 x, __m256 y) {
+    return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+/* ggml_vec_dot_f32 of 8 K rows with one q: per row the body, then (t0 + t1) + (t2 + t3) for
+ * all 8 rows with three hadds instead of eight pairs. */
+INLINE AVX2 __m256 scores8(const float *const *k, const float *q, int32_t np) {
+    const __m256 h0 = _mm256_hadd_ps(halves2(dot_body(k[0], q, np), dot_body(k[1], q, np)),
+                                     halves2(dot_body(k[2], q, np), dot_body(k[3], q, np)));
+    const __m256 h1 = _mm256_hadd_ps(halves2(dot_body(k[4], q, np), dot_body(k[5], q, np)),
+                                     halves2(dot_body(k[6], q, np), dot_body(k[7], q, np)));
+    /* lanes now hold rows 0 2 4 6 | 1 3 5 7 */
+    return _mm256_permutevar8x32_ps(_mm256_hadd_ps(h0, h1),
+                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* One lane of vsum_head over 64 dims from d0: acc[v] += p_j * V_j[d0 + 8v ..] for its slots j =
+ * L, L + n_lanes, ... < n_kv, in order (f16 is a constant after inlining: no branch inside). */
+INLINE AVX2 void vsum_lane(__m256 *acc, const uint8_t *const *vch, size_t in_chunk, const float *p,
+                           int32_t L, int32_t n_kv, int32_t n_lanes, int32_t d0, const bool f16) {
+    __m256 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];
+    __m256 a4 = acc[4], a5 = acc[5], a6 = acc[6], a7 = acc[7];
+    const int32_t c_step = n_lanes / 8;
+    for (int32_t j = L, c = L / 8; j < n_kv; j += n_lanes, c += c_step) {
+        const __m256 pj = _mm256_broadcast_ss(p + j);
+        if (f16) {
+            const uint16_t *r = (const uint16_t *)(vch[c] + in_chunk) + d0;
+#define V16(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 8 * (k))))
+            a0 = _mm256_fmadd_ps(pj, V16(0), a0);
+            a1 = _mm256_fmadd_ps(pj, V16(1), a1);
+            a2 = _mm256_fmadd_ps(pj, V16(2), a2);
+            a3 = _mm256_fmadd_ps(pj, V16(3), a3);
+            a4 = _mm256_fmadd_ps(pj, V16(4), a4);
+            a5 = _mm256_fmadd_ps(pj, V16(5), a5);
+            a6 = _mm256_fmadd_ps(pj, V16(6), a6);
+            a7 = _mm256_fmadd_ps(pj, V16(7), a7);
+#undef V16
+        } else {
+            const float *r = (const float *)(vch[c] + in_chunk) + d0;
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 24), a3);
+            a4 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 32), a4);
+            a5 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 40), a5);
+            a6 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 48), a6);
+            a7 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 56), a7);
         }
     }
-    _Pragma("GCC unroll 4") for (int i = 0; i < nh; i++) {
-        sc[i][r] = hsum8(dot[i]) * scale;
+    acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;
+    acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;
+}
+
+/* out (D) = sum_j p_j V_j for one query in llama.cpp's lane order, p its weights (n_kv).
+ * Slot j belongs to lane j % 8 (batched: tinyBLAS's 8 lanes) or j % 32 (ggml_vec_dot_f32's four
+ * accumulators of 8 lanes). Each lane walks its own slots in order, one broadcast weight per V
+ * row against up to 64 dims held in 8 accumulators (V rows read whole, one load per FMA); the
+ * lanes are then combined with llama.cpp's reductions, across dims with vector adds. Chunk c's 8
+ * V rows start at vch[c], row_bytes apart, f16 or f32. */
+static AVX2 void vsum_head(const rill__attn_task_t *a, int32_t n_kv, const uint8_t *const *vch,
+                           bool f16, size_t row_bytes, const float *p, float *out) {
+    const int32_t D = a->kv->head_dim;
+    const int32_t n_lanes = a->batched ? 8 : 32;
+    _Alignas(32) float lanes[32][64];
+    for (int32_t d0 = 0; d0 < D; d0 += 64) {
+        const int32_t nv = (D - d0 < 64 ? D - d0 : 64) / 8; /* vectors of 8 dims */
+        for (int32_t L = 0; L < n_lanes; L++) {
+            __m256 acc[8];
+            _Pragma("GCC unroll 8") for (int v = 0; v < 8; v++) {
+                acc[v] = _mm256_setzero_ps();
+            }
+            const size_t in_chunk = (size_t)(L % 8) * row_bytes;
+            if (nv == 8 && f16) {
+                vsum_lane(acc, vch, in_chunk, p, L, n_kv, n_lanes, d0, true);
+            } else if (nv == 8) {
+                vsum_lane(acc, vch, in_chunk, p, L, n_kv, n_lanes, d0, false);
+            } else {
+                for (int32_t j = L, c = L / 8; j < n_kv; j += n_lanes, c += n_lanes / 8) {
+                    const uint8_t *row = vch[c] + in_chunk;
+                    const __m256 pj = _mm256_broadcast_ss(p + j);
+                    for (int v = 0; v < nv; v++) {
+                        acc[v] = _mm256_fmadd_ps(pj, load_kv8(f16, row, d0 + 8 * v), acc[v]);
+                    }
+                }
+            }
+            for (int v = 0; v < nv; v++) {
+                _mm256_store_ps(&lanes[L][8 * v], acc[v]);
+            }
+        }
+        for (int v = 0; v < nv; v++) {
+            __m256 sl[8];
+            _Pragma("GCC unroll 8") for (int l = 0; l < 8; l++) {
+                const int o = 8 * v;
+                sl[l] = a->batched
+                            ? _mm256_load_ps(&lanes[l][o])
+                            : _mm256_add_ps(_mm256_add_ps(_mm256_load_ps(&lanes[l][o]),
+                                                          _mm256_load_ps(&lanes[16 + l][o])),
+                                            _mm256_add_ps(_mm256_load_ps(&lanes[8 + l][o]),
+                                                          _mm256_load_ps(&lanes[24 + l][o])));
+            }
+            const __m256 t0 = _mm256_add_ps(sl[0], sl[4]), t1 = _mm256_add_ps(sl[1], sl[5]);
+            const __m256 t2 = _mm256_add_ps(sl[2], sl[6]), t3 = _mm256_add_ps(sl[3], sl[7]);
+            const __m256 o = a->batched
+                                 ? _mm256_add_ps(_mm256_add_ps(t0, t2), _mm256_add_ps(t1, t3))
+                                 : _mm256_add_ps(_mm256_add_ps(t0, t1), _mm256_add_ps(t2, t3));
+            _mm256_storeu_ps(out + d0 + 8 * v, o);
+        }
     }
 }
 
-/* acc[i] += sum_r p[i][r] * V[r] for nh (1..4) heads and nc rows starting at vrow0: per 8 dims
- * the nh accumulators stay in registers across the rows. */
-INLINE AVX2 void accumulate_v_n(bool f16, const uint8_t *vrow0, size_t vstride, int32_t nc,
-                                int32_t D, const float (*p)[CHUNK],
-                                float (*acc)[RILL_KV_MAX_HEAD_DIM], const int nh) {
-    for (int32_t d = 0; d < D; d += 8) {
-        __m256 av[4];
-        _Pragma("GCC unroll 4") for (int i = 0; i < nh; i++) {
-            av[i] = _mm256_load_ps(&acc[i][d]);
+/* Pointers to the V rows of slots [0, n_kv) for vsum_head, chunk c's at vch[c]: into the pool,
+ * or, for an F16 pool when `copy` is not NULL, into an f32 copy made there once (n_kv rounded up
+ * to 8 rows of D floats) so that the queries of a task do not each convert every row. *f16 and
+ * *row_bytes describe what the pointers point to. */
+static AVX2 void v_rows(const rill__attn_task_t *a, int32_t n_kv, const uint8_t **vch, float *copy,
+                        bool *f16, size_t *row_bytes) {
+    const rill_kv_layout_t *kv = a->kv;
+    const int32_t D = kv->head_dim, P = kv->page_size;
+    const int32_t n_chunks = (n_kv + 7) / 8;
+    *f16 = kv->dtype == RILL_DTYPE_F16 && copy == NULL;
+    *row_bytes = (size_t)D * (*f16 ? 2u : 4u);
+    int32_t pi = 0, row = 0;
+    for (int32_t c = 0; c < n_chunks; c++) {
+        const uint8_t *src = rill__kv_ptr(kv, a->pool, a->pages[pi], a->kv_head, row, 1);
+        if (kv->dtype == RILL_DTYPE_F16 && copy != NULL) {
+            float *dst = copy + (size_t)c * 8 * D;
+            const int32_t nc = n_kv - c * 8 < 8 ? n_kv - c * 8 : 8;
+            for (int32_t i = 0; i < nc * D; i += 8) {
+                _mm256_store_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(
+                                             (const __m128i *)((const uint16_t *)src + i))));
+            }
+            vch[c] = (const uint8_t *)dst;
+        } else {
+            vch[c] = src;
         }
-        for (int32_t r = 0; r < nc; r++) {
-            const __m256 vv = load_kv8(f16, vrow0 + (size_t)r * vstride, d);
-            _Pragma("GCC unroll 4") for (int i = 0; i < nh; i++) {
-                av[i] = _mm256_fmadd_ps(_mm256_broadcast_ss(&p[i][r]), vv, av[i]);
+        if ((row += 8) == P) {
+            row = 0;
+            pi++;
+        }
+    }
+}
+
+/* Floats of scratch a run of n_t tokens x nh heads needs: the queries (rounded to K's type),
+ * the softmax rows, the V chunk pointers, and (with_copy) the f32 V copy. Each part starts
+ * 32-byte aligned. */
+static size_t run_floats(int32_t n_t, int32_t nh, int32_t n_kv_max, int32_t D, bool with_copy) {
+    const size_t stride = (size_t)((n_kv_max + 7) & ~7);
+    const size_t ptrs = ((stride / 8) * sizeof(void *) / sizeof(float) + 7) & ~(size_t)7;
+    return (size_t)n_t * (size_t)nh * ((size_t)D + stride) + ptrs +
+           (with_copy ? stride * (size_t)D : 0);
+}
+
+/* Tokens [t0, t0 + n_t) x query heads [h0, h0 + nh) of a task; the caller checked the scratch. */
+static AVX2 void attention_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
+                               int32_t nh, bool v_copy) {
+    const rill_kv_layout_t *kv = a->kv;
+    const int32_t D = kv->head_dim, P = kv->page_size, np = D & ~31;
+    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)D));
+    int32_t n_kv_max = 0;
+    for (int32_t t = t0; t < t0 + n_t; t++) {
+        n_kv_max = a->tok[t].n_kv > n_kv_max ? a->tok[t].n_kv : n_kv_max;
+    }
+    const int32_t stride = (n_kv_max + 7) & ~7; /* floats per softmax row */
+    const int32_t nq = n_t * nh;                /* query (t, i) is row (t - t0) * nh + i */
+    /* scratch: softmax rows (nq x stride), queries (nq x D), V chunk pointers, V copy */
+    float *const qf = a->scratch + (size_t)nq * stride;
+    _Alignas(32) float kf[8][RILL_KV_MAX_HEAD_DIM];
+    for (int32_t r = 0; r < nq; r++) {
+        const float *qs = a->q + (size_t)(t0 + r / nh) * a->tok_stride + (size_t)(h0 + r % nh) * D;
+        for (int32_t d = 0; d < D; d += 8) {
+            __m256 v = _mm256_loadu_ps(qs + d);
+            if (f16) { /* Q meets K in K's type */
+                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            }
+            _mm256_store_ps(qf + (size_t)r * D + d, v);
+        }
+    }
+    /* 1. scores, chunk by chunk: each K row converted and loaded once for all queries */
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    int32_t pi = 0, prow = 0;
+    for (int32_t j0 = 0; j0 < n_kv_max; j0 += 8) {
+        const int32_t nc = n_kv_max - j0 < 8 ? n_kv_max - j0 : 8;
+        const uint8_t *k0 = rill__kv_ptr(kv, a->pool, a->pages[pi], a->kv_head, prow, 0);
+        if ((prow += 8) == P) {
+            prow = 0;
+            pi++;
+        }
+        const float *kr[8];
+        for (int l = 0; l < 8; l++) {
+            if (l >= nc) {
+                kr[l] = zero_row;
+            } else if (f16) {
+                const uint16_t *h = (const uint16_t *)k0 + (size_t)l * D;
+                for (int32_t d = 0; d < D; d += 8) {
+                    _mm256_store_ps(&kf[l][d],
+                                    _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + d))));
+                }
+                kr[l] = kf[l];
+            } else {
+                kr[l] = (const float *)k0 + (size_t)l * D;
             }
         }
-        _Pragma("GCC unroll 4") for (int i = 0; i < nh; i++) {
-            _mm256_store_ps(&acc[i][d], av[i]);
+        for (int32_t t = 0; t < n_t; t++) {
+            const int32_t n_kv = a->tok[t0 + t].n_kv;
+            if (j0 >= n_kv) {
+                continue;
+            }
+            const __m256 valid =
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n_kv - j0), lane));
+            for (int32_t i = 0; i < nh; i++) {
+                const int32_t r = t * nh + i;
+                const float *qr = qf + (size_t)r * D;
+                __m256 sc = scores8(kr, qr, np);
+                if (np < D) { /* the dot's tail, lane by lane */
+                    _Alignas(32) float tl[8];
+                    _mm256_store_ps(tl, sc);
+                    for (int l = 0; l < 8; l++) {
+                        tl[l] = rill__ggml_dot_tail(kr[l], qr, np, D, tl[l], f16);
+                    }
+                    sc = _mm256_load_ps(tl);
+                }
+                /* soft_max_ext: times the scale, plus the mask (0, or -inf past n_kv) */
+                const __m256 w = _mm256_add_ps(_mm256_mul_ps(sc, scale), _mm256_setzero_ps());
+                _mm256_store_ps(a->scratch + (size_t)r * stride + j0,
+                                _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), w, valid));
+            }
         }
+    }
+    /* 2. softmax of every query's row */
+    for (int32_t r = 0; r < nq; r++) {
+        float *row = a->scratch + (size_t)r * stride;
+        const int32_t end = (a->tok[t0 + r / nh].n_kv + 7) & ~7;
+        __m256 vmax = _mm256_set1_ps(-INFINITY);
+        for (int32_t j0 = 0; j0 < end; j0 += 8) {
+            vmax = _mm256_max_ps(vmax, _mm256_load_ps(row + j0));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const __m256 max = _mm256_set1_ps(_mm_cvtss_f32(m4));
+        double sum = 0.0;
+        for (int32_t j0 = 0; j0 < end; j0 += 8) {
+            const __m256 e = ggml_expf8(_mm256_sub_ps(_mm256_load_ps(row + j0), max));
+            _mm256_store_ps(row + j0, e);
+            sum += (double)hsum8(e);
+        }
+        const __m256 inv = _mm256_set1_ps((float)(1.0 / sum));
+        for (int32_t j0 = 0; j0 < end; j0 += 8) {
+            __m256 pv = _mm256_mul_ps(_mm256_load_ps(row + j0), inv);
+            if (f16) { /* KQ is converted to V's type */
+                pv = _mm256_cvtph_ps(_mm256_cvtps_ph(pv, _MM_FROUND_TO_NEAREST_INT));
+            }
+            _mm256_store_ps(row + j0, pv);
+        }
+    }
+    /* 3. the weighted V sums, the V rows prepared once for all queries */
+    float *after = qf + (size_t)nq * D;
+    const uint8_t **vch = (const uint8_t **)(void *)after;
+    const size_t ptrs = ((size_t)(stride / 8) * sizeof(void *) / sizeof(float) + 7) & ~(size_t)7;
+    bool vf16;
+    size_t row_bytes;
+    v_rows(a, n_kv_max, vch, v_copy ? after + ptrs : NULL, &vf16, &row_bytes);
+    for (int32_t r = 0; r < nq; r++) {
+        const int32_t t = t0 + r / nh;
+        vsum_head(a, a->tok[t].n_kv, vch, vf16, row_bytes, a->scratch + (size_t)r * stride,
+                  a->out + (size_t)t * a->tok_stride + (size_t)(h0 + r % nh) * D);
+    }
+}
+
+/* Splits a run until its scratch fits: tokens first, then heads; one (token, head) whose row
+ * alone does not fit takes the scalar path. */
+static AVX2 void attention_split(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
+                                 int32_t nh) {
+    const int32_t D = a->kv->head_dim;
+    int32_t n_kv_max = 0;
+    for (int32_t t = t0; t < t0 + n_t; t++) {
+        n_kv_max = a->tok[t].n_kv > n_kv_max ? a->tok[t].n_kv : n_kv_max;
+    }
+    /* the f32 V copy pays off once two or more queries share the rows */
+    const bool want_copy = a->kv->dtype == RILL_DTYPE_F16 && n_t * nh > 1;
+    if (run_floats(n_t, nh, n_kv_max, D, want_copy) <= RILL__ATTN_SCRATCH) {
+        attention_run(a, t0, n_t, h0, nh, want_copy);
+    } else if (run_floats(n_t, nh, n_kv_max, D, false) <= RILL__ATTN_SCRATCH) {
+        attention_run(a, t0, n_t, h0, nh, false);
+    } else if (n_t > 1) {
+        attention_split(a, t0, n_t / 2, h0, nh);
+        attention_split(a, t0 + n_t / 2, n_t - n_t / 2, h0, nh);
+    } else if (nh > 1) {
+        attention_split(a, t0, 1, h0, nh / 2);
+        attention_split(a, t0, 1, h0 + nh / 2, nh - nh / 2);
+    } else {
+        const size_t off = (size_t)t0 * a->tok_stride + (size_t)h0 * D;
+        rill__attention_head_ref(a->kv, a->pool, a->pages, a->kv_head, a->tok[t0].n_kv, a->batched,
+                                 a->q + off, a->out + off);
     }
 }
 
 static AVX2 void attention(const rill__attn_task_t *a) {
-    const rill_kv_layout_t *kv = a->kv;
-    const int32_t D = kv->head_dim, P = kv->page_size, nq = a->n_q;
-    if (D % 8 != 0) {
+    if (a->kv->head_dim % 8 != 0 || a->kv->page_size % 8 != 0) {
         rill__cpu_kernels_scalar()->attention(a);
         return;
     }
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
-    const float scale = 1.0f / sqrtf((float)D);
-    _Alignas(32) float qf[RILL__ATTN_MAX_Q][RILL_KV_MAX_HEAD_DIM];
-    _Alignas(32) float acc[RILL__ATTN_MAX_Q][RILL_KV_MAX_HEAD_DIM];
-    _Alignas(32) float sc[RILL__ATTN_MAX_Q][CHUNK];
-    float m[RILL__ATTN_MAX_Q], l[RILL__ATTN_MAX_Q];
-    for (int32_t i = 0; i < nq; i++) {
-        for (int32_t d = 0; d < D; d += 8) {
-            __m256 v = _mm256_loadu_ps(a->q + i * D + d);
-            if (f16) { /* q meets K in K's precision, as in llama.cpp */
-                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
-            }
-            _mm256_store_ps(&qf[i][d], v);
-            _mm256_store_ps(&acc[i][d], _mm256_setzero_ps());
-        }
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-    }
-    for (int32_t s0 = 0; s0 < a->n_kv;) {
-        const int32_t page = a->pages[s0 / P], row0 = s0 % P;
-        int32_t nc = P - row0 < CHUNK ? P - row0 : CHUNK;
-        nc = a->n_kv - s0 < nc ? a->n_kv - s0 : nc;
-        for (int32_t r = 0; r < nc; r++) {
-            const uint8_t *krow = rill__kv_ptr(kv, a->pool, page, a->kv_head, row0 + r, 0);
-            for (int32_t i0 = 0; i0 < nq; i0 += 4) {
-                switch (nq - i0 < 4 ? nq - i0 : 4) {
-                case 1:
-                    scores_n(f16, krow, D, &qf[i0], scale, r, &sc[i0], 1);
-                    break;
-                case 2:
-                    scores_n(f16, krow, D, &qf[i0], scale, r, &sc[i0], 2);
-                    break;
-                case 3:
-                    scores_n(f16, krow, D, &qf[i0], scale, r, &sc[i0], 3);
-                    break;
-                default:
-                    scores_n(f16, krow, D, &qf[i0], scale, r, &sc[i0], 4);
-                    break;
-                }
-            }
-        }
-        _Alignas(32) float p[RILL__ATTN_MAX_Q][CHUNK];
-        for (int32_t i = 0; i < nq; i++) {
-            float mx = sc[i][0];
-            for (int32_t r = 1; r < nc; r++) {
-                mx = sc[i][r] > mx ? sc[i][r] : mx;
-            }
-            if (mx > m[i]) { /* new running max: rescale what was accumulated so far */
-                const float corr = expf(m[i] - mx);
-                const __m256 vc = _mm256_set1_ps(corr);
-                l[i] *= corr;
-                for (int32_t d = 0; d < D; d += 8) {
-                    _mm256_store_ps(&acc[i][d], _mm256_mul_ps(_mm256_load_ps(&acc[i][d]), vc));
-                }
-                m[i] = mx;
-            }
-            for (int32_t r = nc; r < CHUNK; r++) {
-                sc[i][r] = m[i]; /* padding lanes, zeroed below */
-            }
-            __m256 pv = exp256(_mm256_sub_ps(_mm256_load_ps(sc[i]), _mm256_set1_ps(m[i])));
-            const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            const __m256 valid =
-                _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nc), lane));
-            pv = _mm256_and_ps(pv, valid);
-            _mm256_store_ps(p[i], pv);
-            l[i] += hsum8(pv);
-        }
-        const uint8_t *vrow0 = rill__kv_ptr(kv, a->pool, page, a->kv_head, row0, 1);
-        const size_t vstride = (size_t)D * (f16 ? 2u : 4u);
-        for (int32_t i0 = 0; i0 < nq; i0 += 4) {
-            switch (nq - i0 < 4 ? nq - i0 : 4) {
-            case 1:
-                accumulate_v_n(f16, vrow0, vstride, nc, D, &p[i0], &acc[i0], 1);
-                break;
-            case 2:
-                accumulate_v_n(f16, vrow0, vstride, nc, D, &p[i0], &acc[i0], 2);
-                break;
-            case 3:
-                accumulate_v_n(f16, vrow0, vstride, nc, D, &p[i0], &acc[i0], 3);
-                break;
-            default:
-                accumulate_v_n(f16, vrow0, vstride, nc, D, &p[i0], &acc[i0], 4);
-                break;
-            }
-        }
-        s0 += nc;
-    }
-    for (int32_t i = 0; i < nq; i++) {
-        const __m256 inv = _mm256_set1_ps(1.0f / l[i]);
-        for (int32_t d = 0; d < D; d += 8) {
-            _mm256_storeu_ps(a->out + i * D + d, _mm256_mul_ps(_mm256_load_ps(&acc[i][d]), inv));
-        }
-    }
+    attention_split(a, 0, a->n_t, 0, a->n_q);
 }
 
 static const rill__cpu_kernels_t avx2_kernels = {
@@ -989,6 +1334,20 @@ static const rill__cpu_kernels_t avx2_kernels = {
     .tile8 = {
         [RILL_DTYPE_Q4_0] = tile8_q4_0,
     },
+    .tile_gemm = {
+        [RILL_DTYPE_F32] = gemm_f32,
+        [RILL_DTYPE_F16] = gemm_f16,
+        [RILL_DTYPE_BF16] = gemm_bf16,
+        [RILL_DTYPE_Q4_K] = tiled_q4_K,
+        [RILL_DTYPE_Q5_K] = tiled_q5_K,
+        [RILL_DTYPE_Q6_K] = tiled_q6_K,
+    },
+    .tile_repack = {
+        [RILL_DTYPE_Q4_K] = repack_q4_K,
+    },
+    .tile_repack4 = {
+        [RILL_DTYPE_Q4_K] = repack4_q4_K,
+    },
     .act = {
         [RILL_DTYPE_F32] = NULL,
         [RILL_DTYPE_F16] = act_f16,
@@ -1001,7 +1360,8 @@ static const rill__cpu_kernels_t avx2_kernels = {
         [RILL_DTYPE_Q6_K] = act_q8_K,
     },
     .act_row_bytes = act_row_bytes,
-    .rms_norm_row = rms_norm_row,
+    .rms_norm_rows = rms_norm_rows,
+    .rope_apply = rope_apply,
     .swiglu = swiglu,
     .add = add,
     .to_f16 = to_f16,

@@ -10,11 +10,13 @@
  *     decode token an RMSNorm or a residual add over 576 floats is far cheaper than that. Work is
  *     handed to the pool from PAR_MIN_WORK elements on.
  *   - Scratch is allocated once: max_batch act rows of max_n_in * 4 bytes (rounded to 64) for the
- *     matmul's quantized inputs. Ops allocate nothing; attention and RoPE keep their per-task
- *     buffers on the stack (bounded by RILL_KV_MAX_HEAD_DIM and RILL__ATTN_MAX_Q).
- *   - Attention tasks are (token, KV head, group of query heads). A whole GQA group per task
- *     reads each K/V row once for all its query heads; when that gives too few tasks to keep the
- *     threads busy (decode: 1 token x 3 KV heads), groups are split.
+ *     matmul's quantized inputs, and RILL__ATTN_SCRATCH floats per thread for attention's
+ *     softmax rows. Ops allocate nothing; attention and RoPE keep their other per-task buffers
+ *     on the stack (bounded by RILL_KV_MAX_HEAD_DIM and RILL__ATTN_MAX_Q).
+ *   - Attention tasks are (up to 16 consecutive tokens of one sequence, KV head, group of query
+ *     heads): a task converts and reads each K/V row once for all its queries. When that gives
+ *     too few tasks to keep the threads busy, blocks shrink first, then groups are split
+ *     (decode: 1 token x 3 KV heads).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,7 +33,8 @@ typedef struct cpu_backend {
     struct rill_backend base; /* first member */
     const rill__cpu_kernels_t *k;
     rill_pool_t *pool;
-    void *act; /* max_batch act rows */
+    void *act;        /* max_batch act rows */
+    float *attn_rows; /* RILL__ATTN_SCRATCH floats per thread */
 } cpu_backend_t;
 
 static cpu_backend_t *cpu(rill_backend_t *b) {
@@ -47,6 +50,7 @@ static void cpu_destroy(rill_backend_t *b) {
     cpu_backend_t *c = cpu(b);
     rill_pool_destroy(&c->pool);
     rill_free(c->act);
+    rill_free(c->attn_rows);
     rill__backend_deinit_common(b);
     rill_free(c);
 }
@@ -108,9 +112,7 @@ typedef struct rows_job {
 static void rms_rows(void *ctx, int64_t begin, int64_t end, int thread) {
     const rows_job_t *j = ctx;
     (void)thread;
-    for (int64_t r = begin; r < end; r++) {
-        j->k->rms_norm_row(j->y + r * j->n, j->x + r * j->n, j->w, j->n, j->eps);
-    }
+    j->k->rms_norm_rows(j->y + begin * j->n, j->x + begin * j->n, j->w, end - begin, j->n, j->eps);
 }
 
 static rill_err_t cpu_rms_norm(rill_backend_t *b, float *y, const float *x, const float *w,
@@ -198,7 +200,8 @@ static void rope_tokens(void *ctx, int64_t begin, int64_t end, int thread) {
     for (int64_t t = begin; t < end; t++) {
         rill__rope_cos_sin(j->rope, j->b->tok[t].pos, cs);
         for (int32_t h = 0; h < j->n_heads; h++) {
-            rill__rope_apply(j->x + ((size_t)t * j->n_heads + h) * j->head_dim, j->rope, cs);
+            cpu(j->b)->k->rope_apply(j->x + ((size_t)t * j->n_heads + h) * j->head_dim, j->rope,
+                                     cs);
         }
     }
 }
@@ -251,31 +254,43 @@ typedef struct attn_job {
     const void *pool;
     float *out;
     const float *q;
-    int32_t n_head, group, q_per_task, n_sub;
+    int32_t n_head, group, q_per_task, n_sub, t_per_block;
 } attn_job_t;
 
 static void attn_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
     const attn_job_t *j = ctx;
-    (void)thread;
+    float *rows = cpu(j->b)->attn_rows + (size_t)thread * RILL__ATTN_SCRATCH;
     const int32_t hkv = j->kv->n_kv_heads, D = j->kv->head_dim;
     for (int64_t task = begin; task < end; task++) {
-        const int64_t t = task / ((int64_t)hkv * j->n_sub);
+        const int64_t blk = task / ((int64_t)hkv * j->n_sub);
         const int32_t g = (int32_t)(task / j->n_sub % hkv), sub = (int32_t)(task % j->n_sub);
         const int32_t h0 = g * j->group + sub * j->q_per_task;
         const int32_t h1 =
             h0 + j->q_per_task < (g + 1) * j->group ? h0 + j->q_per_task : (g + 1) * j->group;
-        const rill_batch_token_t *tk = &j->b->tok[t];
-        rill__attn_task_t a = {
-            .kv = j->kv,
-            .pool = j->pool,
-            .pages = j->b->seq[tk->seq].pages,
-            .n_kv = tk->n_kv,
-            .kv_head = g,
-            .n_q = h1 - h0,
-            .q = j->q + ((size_t)t * j->n_head + h0) * D,
-            .out = j->out + ((size_t)t * j->n_head + h0) * D,
-        };
-        cpu(j->b)->k->attention(&a);
+        const int32_t t_end =
+            (int32_t)((blk + 1) * j->t_per_block < j->b->n_tok ? (blk + 1) * j->t_per_block
+                                                               : j->b->n_tok);
+        /* the block's runs of consecutive tokens of one sequence */
+        for (int32_t t0 = (int32_t)(blk * j->t_per_block), t1; t0 < t_end; t0 = t1) {
+            const rill_batch_token_t *tk = &j->b->tok[t0];
+            for (t1 = t0 + 1; t1 < t_end && j->b->tok[t1].seq == tk->seq; t1++) {
+            }
+            rill__attn_task_t a = {
+                .kv = j->kv,
+                .pool = j->pool,
+                .pages = j->b->seq[tk->seq].pages,
+                .tok = tk,
+                .n_t = t1 - t0,
+                .kv_head = g,
+                .n_q = h1 - h0,
+                .batched = j->b->n_tok >= 2, /* llama.cpp: tinyBLAS for KQV from 2 tokens on */
+                .tok_stride = (size_t)j->n_head * D,
+                .q = j->q + ((size_t)t0 * j->n_head + h0) * D,
+                .out = j->out + ((size_t)t0 * j->n_head + h0) * D,
+                .scratch = rows,
+            };
+            cpu(j->b)->k->attention(&a);
+        }
     }
 }
 
@@ -285,16 +300,24 @@ static rill_err_t cpu_attention(rill_backend_t *b, const rill_kv_layout_t *kv, c
     attn_job_t j = { .b = b, .kv = kv, .pool = pool, .out = out, .q = q, .n_head = n_head };
     j.group = n_head / kv->n_kv_heads;
     j.q_per_task = j.group < RILL__ATTN_MAX_Q ? j.group : RILL__ATTN_MAX_Q;
+    j.t_per_block = RILL__ATTN_MAX_T;
+    /* enough tasks for the threads: fewer tokens per task first, then fewer heads */
     for (;;) {
         j.n_sub = (j.group + j.q_per_task - 1) / j.q_per_task;
-        const int64_t n_tasks = (int64_t)b->n_tok * kv->n_kv_heads * j.n_sub;
-        if (n_threads == 1 || n_tasks >= 4 * n_threads || j.q_per_task == 1) {
+        const int64_t n_blocks = (b->n_tok + j.t_per_block - 1) / j.t_per_block;
+        const int64_t n_tasks = n_blocks * kv->n_kv_heads * j.n_sub;
+        if (n_threads == 1 || n_tasks >= 4 * n_threads ||
+            (j.t_per_block == 1 && j.q_per_task == 1)) {
             break;
         }
-        j.q_per_task = (j.q_per_task + 1) / 2;
+        if (j.t_per_block > 1) {
+            j.t_per_block /= 2;
+        } else {
+            j.q_per_task = (j.q_per_task + 1) / 2;
+        }
     }
-    const int64_t n_tasks = (int64_t)b->n_tok * kv->n_kv_heads * j.n_sub;
-    rill_pool_for(cpu(b)->pool, n_tasks, 1, attn_tasks, &j);
+    const int64_t n_blocks = (b->n_tok + j.t_per_block - 1) / j.t_per_block;
+    rill_pool_for(cpu(b)->pool, n_blocks * kv->n_kv_heads * j.n_sub, 1, attn_tasks, &j);
     return RILL_OK;
 }
 
@@ -308,7 +331,7 @@ static rill_err_t cpu_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
             for (int32_t row = 0; row < kv->page_size; row++) {
                 uint8_t *p = rill__kv_ptr(kv, pool, pages[i], h, row, 0);
                 (void)rill_dequantize_row(kv->dtype, p, kr, kv->head_dim);
-                rill__rope_apply(kr, rope, cs);
+                cpu(b)->k->rope_apply(kr, rope, cs);
                 store_row(cpu(b)->k, kv, p, kr);
             }
         }
@@ -409,9 +432,17 @@ rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t 
         goto cleanup;
     }
     c->base.params.n_threads = rill_pool_threads(c->pool);
+    c->attn_rows = rill_malloc_aligned(
+        RILL_MEM_KERNELS, (size_t)c->base.params.n_threads * RILL__ATTN_SCRATCH * sizeof(float),
+        64);
+    if (c->attn_rows == NULL) {
+        err = RILL_ENOMEM;
+        goto cleanup;
+    }
     *out = &c->base;
     return RILL_OK;
 cleanup:
+    rill_pool_destroy(&c->pool);
     rill_free(c->act);
     rill__backend_deinit_common(&c->base);
     rill_free(c);

@@ -14,7 +14,10 @@
  *      token block's act rows (64 rows, ~100 KiB for E = 1536) stay in L2 across chunks. For
  *      decode (T = 1) an item is simply a run of rows, sized so every thread gets several.
  * Every output element is written by exactly one thread and computed by the same kernel
- * regardless of the split, so results do not depend on the thread count or the batch size.
+ * regardless of the split, so results do not depend on the thread count. They do depend on the
+ * batch size where llama.cpp's do: the tile kernels are picked per matmul by rill__mm_path_for
+ * (vec_dot / tinyBLAS / tiled / repacked gemv and gemm), and repacked Q4_K switches kernel at
+ * token n_tok - n_tok % 4, a multiple of 4, so a 4-token tile never straddles the switch.
  * Rejected: a static split of rows between threads (dynamic claiming absorbs a worker that is
  * late because the machine is shared) and software prefetch of rows in decode (no measurable
  * gain on the development machine; the 8-row Q4_0 kernel does prefetch, as its access pattern
@@ -24,7 +27,9 @@
 #include "cpu_internal.h"
 
 typedef struct mm_job {
-    rill__tile_fn tile;
+    rill__tile_fn tile;      /* tokens [split, n_tok) */
+    rill__tile_fn tile_head; /* tokens [0, split): llama.cpp's kernel may differ there */
+    int64_t split;
     rill__tile8_fn tile8; /* non-NULL: rows go 8 at a time (chunks are multiples of 8) */
     rill__act_fn act_fn;
     const uint8_t *w;
@@ -66,9 +71,10 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int thread) {
                 }
                 continue;
             }
+            const rill__tile_fn tile = t < j->split ? j->tile_head : j->tile; /* never straddles */
             for (int64_t r = r0; r < r1; r++) {
-                j->tile(j->n_in, j->w + (size_t)r * j->w_row_bytes, act, j->act_stride, nt, y + r,
-                        j->n_out);
+                tile(j->n_in, j->w + (size_t)r * j->w_row_bytes, act, j->act_stride, nt, y + r,
+                     j->n_out);
             }
         }
     }
@@ -78,11 +84,40 @@ static int64_t clamp64(int64_t v, int64_t lo, int64_t hi) {
     return v < lo ? lo : (v > hi ? hi : v);
 }
 
+static rill__tile_fn tile_of(const rill__cpu_kernels_t *k, rill_dtype_t t, rill__mm_path_t path) {
+    rill__tile_fn f = NULL;
+    switch (path) {
+    case RILL__MM_GEMM:
+        f = k->tile_gemm[t];
+        break;
+    case RILL__MM_REPACK:
+        f = k->tile_repack[t];
+        break;
+    case RILL__MM_REPACK4:
+        f = k->tile_repack4[t];
+        break;
+    case RILL__MM_VEC:
+        break;
+    }
+    return f != NULL ? f : k->tile[t];
+}
+
+void rill__cpu_tiles_for(const rill__cpu_kernels_t *k, const rill_weight_t *w, int64_t n_tok,
+                         rill__tile_fn *head, rill__tile_fn *tail, int64_t *split) {
+    /* llama.cpp's kernel can change only once along a batch: repacked Q4_K's gemm covers the
+     * tokens in whole groups of 4, its gemv the rest */
+    const rill__mm_path_t first = rill__mm_path_for(w, n_tok, 0);
+    const rill__mm_path_t last = rill__mm_path_for(w, n_tok, n_tok - 1);
+    *head = tile_of(k, w->dtype, first);
+    *tail = tile_of(k, w->dtype, last);
+    *split = first == last ? n_tok : n_tok - n_tok % 4;
+}
+
 void rill__cpu_matmul(const rill__cpu_kernels_t *k, rill_pool_t *pool, void *scratch, float *y,
                       const float *x, const rill_weight_t *w, int64_t n_tok) {
     const int n_threads = rill_pool_threads(pool);
     mm_job_t j = { 0 };
-    j.tile = k->tile[w->dtype];
+    rill__cpu_tiles_for(k, w, n_tok, &j.tile_head, &j.tile, &j.split);
     j.act_fn = k->act[w->dtype];
     j.w = w->data;
     j.w_row_bytes = w->row_bytes;
@@ -111,7 +146,7 @@ void rill__cpu_matmul(const rill__cpu_kernels_t *k, rill_pool_t *pool, void *scr
         const int64_t by_threads = clamp64(j.n_out * n_tb / (8 * n_threads), 4, 64);
         j.rows_per_chunk = by_cache < by_threads ? by_cache : by_threads;
     }
-    if (k->tile8[w->dtype] != NULL && j.n_out % 8 == 0 && !w->embedding) {
+    if (k->tile8[w->dtype] != NULL && rill__mm_path_for(w, n_tok, 0) == RILL__MM_REPACK) {
         j.tile8 = k->tile8[w->dtype];
         j.rows_per_chunk = (j.rows_per_chunk + 7) / 8 * 8;
     }

@@ -116,9 +116,10 @@ int64_t rill__act_row_bytes(rill_dtype_t wt, int64_t n);
  * n must be valid for wt (caller checks). For F32 it copies. */
 void rill__act_quantize_ref(rill_dtype_t wt, const float *x, void *act, int64_t n);
 
-/* Reference dot product of one weight row of type wt with one act row, both n values long,
- * with llama.cpp's formula for that pair of types (integer block sums, then the block scales),
- * accumulated in double. n must be valid for wt. */
+/* Exact dot product of one weight row of type wt with one act row, both n values long, with
+ * llama.cpp's formula for that pair of types (integer block sums, then the block scales),
+ * accumulated in double: the bound tests hold llama.cpp's f32 sums (rill__dot_ggml) to. n must
+ * be valid for wt. */
 double rill__dot_ref(rill_dtype_t wt, const void *w, const void *act, int64_t n);
 
 /* Per-type quantizers/dequantizers (n a whole number of blocks; no checks). */

@@ -1,12 +1,21 @@
 /*
  * ref_backend.c - the reference backend: the oracle every other backend is tested against.
  *
- * Rules of this file: one thread, the most direct loops, double accumulation wherever a sum is
- * formed (dot products, RMSNorm, softmax, the attention's weighted sum), and no cleverness that
- * would need its own test. It quantizes activations exactly as the fast backend and llama.cpp do
- * (rill__act_quantize_ref) because that rounding is part of the result llama.cpp defines, not an
- * implementation detail. Attention is two-pass (max, then sum and weighted V) recomputing q.k in
- * the second pass rather than keeping an n_kv-long buffer, so it needs no scratch at all.
+ * Rules of this file: one thread, the most direct loops, no cleverness that would need its own
+ * test. What it computes is llama.cpp's CPU arithmetic (the AVX2 build), lane by lane:
+ *   - matmul: activations are quantized exactly as llama.cpp does (rill__act_quantize_ref), and
+ *     every dot product is formed as the llama.cpp kernel that the weight's shape and the batch
+ *     select would form it (rill__mm_path_for, rill__dot_ggml: its integer lanes, f32 roundings
+ *     and FMAs). A double-precision sum would be more accurate but is not what llama.cpp
+ *     computes: its last bit moves an activation across the next matmul's Q8/F16/BF16 rounding
+ *     boundary often enough to shift a model's logits by 1e-2 of their scale. The exact formula
+ *     in double (rill__dot_ref, vecdot.c) stays as the tests' bound on these f32 sums.
+ *   - every other op (RMSNorm, SwiGLU, RoPE, attention) is llama.cpp's own arithmetic, written
+ *     out lane by lane in backend.c (rill__ggml_*, rill__attention_head_ref).
+ *   So this backend states llama.cpp's numerics in plain loops, and the fast kernels must give
+ *   its bits. Attention is llama.cpp's non-flash path (scores,
+ *     softmax, weighted V) and recomputes scores instead of keeping an n_kv-long buffer, so it
+ *     needs no scratch.
  *
  * Scratch: one act row of max_n_in floats (the largest act row of any type fits in it).
  */
@@ -77,20 +86,7 @@ static rill_err_t ref_rms_norm(rill_backend_t *b, float *y, const float *x, cons
                                int64_t n_rows, int64_t n, float eps) {
     (void)b;
     for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * n;
-        float *yr = y + r * n;
-        double sum = 0.0;
-        for (int64_t i = 0; i < n; i++) {
-            sum += (double)xr[i] * xr[i];
-        }
-        const float mean = (float)(sum / (double)n);
-        const float scale = 1.0f / sqrtf(mean + eps);
-        for (int64_t i = 0; i < n; i++) {
-            yr[i] = xr[i] * scale;
-            if (w != NULL) {
-                yr[i] *= w[i];
-            }
-        }
+        rill__ggml_rms_norm_row(y + r * n, x + r * n, w, n, eps);
     }
     return RILL_OK;
 }
@@ -100,6 +96,8 @@ static rill_err_t ref_matmul(rill_backend_t *b, float *y, const float *x, const 
     ref_backend_t *r = (ref_backend_t *)b;
     const int64_t n_in = w->ne0, n_out = w->ne1;
     for (int64_t t = 0; t < n_tok; t++) {
+        /* the kernel llama.cpp runs for this token decides how the sums round */
+        const rill__mm_path_t path = rill__mm_path_for(w, n_tok, t);
         const float *xt = x + t * n_in;
         const void *act = xt;
         if (w->dtype != RILL_DTYPE_F32) {
@@ -108,7 +106,7 @@ static rill_err_t ref_matmul(rill_backend_t *b, float *y, const float *x, const 
         }
         for (int64_t o = 0; o < n_out; o++) {
             const uint8_t *row = (const uint8_t *)w->data + (size_t)o * w->row_bytes;
-            y[t * n_out + o] = (float)rill__dot_ref(w->dtype, row, act, n_in);
+            y[t * n_out + o] = rill__dot_ggml(w->dtype, row, act, n_in, path);
         }
     }
     return RILL_OK;
@@ -136,9 +134,7 @@ static rill_err_t ref_add(rill_backend_t *b, float *y, const float *a, const flo
 static rill_err_t ref_swiglu(rill_backend_t *b, float *y, const float *g, const float *u,
                              int64_t n) {
     (void)b;
-    for (int64_t i = 0; i < n; i++) {
-        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
+    rill__ggml_swiglu(y, g, u, n);
     return RILL_OK;
 }
 
@@ -192,54 +188,17 @@ static rill_err_t ref_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, vo
     return RILL_OK;
 }
 
-static double dot_d(const float *a, const float *c, int32_t n) {
-    double s = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        s += (double)a[i] * c[i];
-    }
-    return s;
-}
-
 static rill_err_t ref_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
                                 float *out, const float *q, int32_t n_head) {
     const int32_t D = kv->head_dim, G = n_head / kv->n_kv_heads;
-    const double scale = 1.0 / sqrt((double)D);
-    float qh[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
-    double acc[RILL_KV_MAX_HEAD_DIM];
+    /* llama.cpp multiplies V by KQ with tinyBLAS when the batch has 2+ tokens, else by vec_dot */
+    const bool batched = b->n_tok >= 2;
     for (int32_t t = 0; t < b->n_tok; t++) {
-        const int32_t n_kv = b->tok[t].n_kv;
+        const int32_t *pages = b->seq[b->tok[t].seq].pages;
         for (int32_t h = 0; h < n_head; h++) {
-            const int32_t g = h / G;
-            const float *qs = q + ((size_t)t * n_head + h) * D;
-            for (int32_t d = 0; d < D; d++) { /* q meets K in K's precision, as in llama.cpp */
-                qh[d] =
-                    kv->dtype == RILL_DTYPE_F16 ? rill_fp16_to_f32(rill_f32_to_fp16(qs[d])) : qs[d];
-            }
-            double max = -INFINITY;
-            for (int32_t s = 0; s < n_kv; s++) {
-                int32_t page, row;
-                locate(b, kv, t, s, &page, &row);
-                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 0), kr);
-                const double sc = dot_d(qh, kr, D) * scale;
-                max = sc > max ? sc : max;
-            }
-            double sum = 0.0;
-            memset(acc, 0, sizeof acc);
-            for (int32_t s = 0; s < n_kv; s++) {
-                int32_t page, row;
-                locate(b, kv, t, s, &page, &row);
-                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 0), kr);
-                from_pool(kv, rill__kv_ptr(kv, pool, page, g, row, 1), vr);
-                const double p = exp(dot_d(qh, kr, D) * scale - max);
-                sum += p;
-                for (int32_t d = 0; d < D; d++) {
-                    acc[d] += p * vr[d];
-                }
-            }
-            float *o = out + ((size_t)t * n_head + h) * D;
-            for (int32_t d = 0; d < D; d++) {
-                o[d] = (float)(acc[d] / sum);
-            }
+            const size_t off = ((size_t)t * n_head + h) * D;
+            rill__attention_head_ref(kv, pool, pages, h / G, b->tok[t].n_kv, batched, q + off,
+                                     out + off);
         }
     }
     return RILL_OK;

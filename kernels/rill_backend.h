@@ -43,27 +43,38 @@
  *   type, or F32). K is stored after RoPE.
  *
  * Numerics (what "matches llama.cpp" means here)
- *   - matmul quantizes each input row once to the weight type's vec_dot type (rill_quant.h)
- *     exactly as llama.cpp's CPU backend does, then forms each dot product with llama.cpp's
- *     per-block formula. The fast backend's AVX2 kernels also reproduce llama.cpp's accumulation
- *     order, so their results are bit-identical to llama.cpp's AVX2 build (checked against the
- *     installed llama-cpp-python): Q4_1 and Q8_0 always; Q4_0 as its repacked q4_0_8x8 path
- *     when the row count is a multiple of 8 (what llama.cpp uses then) and as vec_dot
- *     otherwise; Q5_K, Q6_K (and Q4_K with rows % 8 != 0) for batches below 8 tokens. Float-
- *     rounding agreement only (~1e-7 relative): K-quant batches of 8+ tokens (llama.cpp's tiled
- *     kernel), Q4_K with rows % 8 == 0 (llama.cpp repacks it), F16/BF16/F32 (tinyBLAS). The
- *     reference backend sums in double. See docs/quantization.md.
- *   - RMSNorm sums squares in double (as ggml), scale = 1/sqrtf(mean + eps).
- *   - RoPE angles are computed as ggml does (theta_i = pos * base^(-2i/n_rot), built by repeated
- *     f32 multiplication), mode NORM rotates adjacent pairs (x[2i], x[2i+1]) and is what
- *     llama.cpp uses for LLM_ARCH_LLAMA; mode NEOX rotates (x[i], x[i + n_rot/2]) and is what it
- *     uses for LLM_ARCH_QWEN2.
- *   - attention: scale 1/sqrt(D); with an F16 pool q is rounded to f16 before q.k (llama.cpp
- *     converts Q to the K cache's type); softmax and the weighted sum of V in f32 (reference:
- *     double), online (flash-style) in the fast backend: no T x n_kv buffer, no allocation.
- *     (llama.cpp's CPU flash attention keeps its V accumulator in f16; rill keeps f32, so
- *     attention agrees with it to f16 rounding, not bit for bit.)
- *
+ *   Both backends compute what llama.cpp's CPU backend computes (llama.cpp 0c1e57098, the
+ *   portable AVX2 + FMA + F16C build, GCC: every rounding, every FMA it contracted), bit for
+ *   bit: the reference backend states it in plain loops (backend.c), the fast backend's AVX2 and
+ *   scalar kernels are tested to give the reference's bits, and tests/test_forward.c holds the
+ *   forward pass to llama.cpp's logits exactly (KV cache F32, flash attention off).
+ *   - matmul quantizes each input row once to the weight type's vec_dot type (rill_quant.h) as
+ *     llama.cpp does, then forms each dot product as the kernel llama.cpp picks would: vec_dot
+ *     (one token; K-quants below 8 tokens), tinyBLAS (F32/F16/BF16 from 2 tokens when E % 8 ==
+ *     0 and O % 4 == 0), the tiled K-quant kernel (Q4_K/Q5_K/Q6_K from 8 tokens), the repacked
+ *     q4_0_8x8 / q4_K_8x8 kernels (Q4_0/Q4_K with O % 8 == 0, except the weight marked as the
+ *     embedding; q4_K's gemm for the tokens in whole groups of 4, its gemv for the rest). So a
+ *     token's logits depend on the batch it is in, as llama.cpp's do (never on threads or
+ *     tiles). Not reproduced: llama.cpp's q8_K 4-row quantizer picks the sign of a block's
+ *     largest value differently when +max and -max both occur (never seen in practice).
+ *   - RMSNorm: the f32 squares summed in double in order, scale = 1/sqrtf((float)(sum/n) + eps),
+ *     y = (x * scale) * w.
+ *   - SwiGLU: ggml_v_silu (g / (1 + ggml_v_expf(0 - g)), ggml's own exp, ~1.5 ulp) times u;
+ *     libm's expf for the last n % 8 values of a call (ggml_silu_f32: llama.cpp does this per
+ *     row of n_ff, rill per call, the same for every n_ff that is a multiple of 8).
+ *   - RoPE angles as ggml builds them (theta_i = pos * base^(-2i/n_rot) by repeated f32
+ *     multiplication, libm cosf/sinf), pairs rotated as fma(x0, c, -(x1 s)), fma(x0, s, x1 c);
+ *     mode NORM rotates adjacent pairs (x[2i], x[2i+1]) and is what llama.cpp uses for
+ *     LLM_ARCH_LLAMA; mode NEOX rotates (x[i], x[i + n_rot/2]) and is what it uses for
+ *     LLM_ARCH_QWEN2.
+ *   - attention: llama.cpp's non-flash path per (token, head): scores q.K_j with
+ *     ggml_vec_dot_f32's accumulation order (F16 pool: q rounded to f16, ggml_vec_dot_f16),
+ *     times 1/sqrt(D); softmax as soft_max_ext (max, ggml_v_expf of w - max, each 8 slots'
+ *     sum added to a double, weights times (float)(1/sum); F16 pool: weights rounded to f16);
+ *     the weighted sum of V in tinyBLAS's lane order for a batch of 2+ tokens, in
+ *     ggml_vec_dot_f32's for one. Two passes over the slots (no online softmax: its rescaling
+ *     rounds differently); the CPU backend keeps each query's softmax row in scratch sized at
+ *     creation (below), the reference backend recomputes scores instead.
  * A forward pass, once per step (T tokens, E = n_embd, F = n_ff, L layers):
  *     set_batch(batch)                              positions, slots, page tables
  *     get_rows(x, tok_embd, ids, T)                 x: (T, E)
@@ -129,8 +140,11 @@ typedef struct rill_backend_params {
 } rill_backend_params_t;
 
 /* Scratch the CPU backend reserves at creation: max_batch * max_n_in * 4 bytes for the
- * quantized activations (16 MiB with the defaults), plus the batch metadata (32 bytes per
- * token). REF reserves max_n_in * 4 bytes. Nothing is allocated per op or per token. */
+ * quantized activations (16 MiB with the defaults), 256 KiB per thread for attention (softmax
+ * rows, and an f32 copy of the V rows a task shares: a task needing more is split, and a single
+ * query over more than 65536 slots takes a slower path that recomputes scores), plus the batch
+ * metadata (32 bytes per token). REF reserves max_n_in * 4 bytes. Nothing is allocated per op
+ * or per token. */
 
 /* Defaults as documented above. */
 rill_backend_params_t rill_backend_default_params(void);
@@ -264,7 +278,8 @@ rill_err_t rill_backend_add_bias(rill_backend_t *b, float *x, const rill_weight_
 /* y[i] = a[i] + c[i] for i < n (residual add). y may equal a or c. */
 rill_err_t rill_backend_add(rill_backend_t *b, float *y, const float *a, const float *c, int64_t n);
 
-/* y[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n. y may equal gate or up. */
+/* y[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)), for i < n, with ggml's exp (see
+ * Numerics). y may equal gate or up. */
 rill_err_t rill_backend_swiglu(rill_backend_t *b, float *y, const float *gate, const float *up,
                                int64_t n);
 
@@ -310,7 +325,8 @@ int64_t rill_kv_pool_bytes(const rill_kv_layout_t *kv);
 rill_err_t rill_backend_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
                                  const float *k, const float *v);
 
-/* Grouped-query attention of the batch over the paged pool:
+/* Grouped-query attention of the batch over the paged pool (llama.cpp's non-flash arithmetic,
+ * see Numerics):
  *   out[t, h, :] = sum_{s < n_kv(t)} softmax_s(q[t,h,:] . K[s, h / G, :] / sqrt(D)) V[s, h / G, :]
  * with q (T, n_head, D), out (T, n_head * D), G = n_head / Hkv (n_head a multiple of Hkv), K/V of
  * token t's sequence. out must not overlap q. Errors: RILL_EINVAL (no batch, invalid layout,

@@ -8,11 +8,17 @@
  *   - quantize -> dequantize round trips within the stated error of each type;
  *   - the AVX2 activation quantizers produce the same bytes as the plain-C ones;
  *   - every weight type's matmul: fast (AVX2 and scalar, 1 and 2 threads) against the reference
- *     backend, the reference against a naive dequantized product, odd sizes, and a dot that does
- *     not depend on how many tokens share its tile;
+ *     backend, the reference against a naive dequantized product, odd sizes, and a dot that
+ *     depends only on which of llama.cpp's kernels the batch size selects, never on tiles or
+ *     threads;
+ *   - llama.cpp's own arithmetic for the non-matmul ops: the lane-by-lane statements in
+ *     backend.c (exp, SiLU/SwiGLU, the softmax's chunk sums, ggml_vec_dot_f32/_f16/_bf16)
+ *     against bits recorded from llama.cpp's CPU library (below), and every backend's RMSNorm,
+ *     SwiGLU, RoPE and attention bit for bit against the reference backend;
  *   - RoPE (both modes, partial rotation, the K shift) against the direct formula; attention over
- *     a non-identity page table with several sequences mixed in one batch against a naive
- *     softmax, with F16 and F32 pools; KV store placement;
+ *     a non-identity page table with several sequences mixed in one batch, and over a run of
+ *     consecutive tokens with a long history (the fast kernel's scratch splitting), against a
+ *     naive softmax, with F16 and F32 pools; KV store placement;
  *   - failure paths: the N-th allocation failing in creation (RILL_ENOMEM, nothing leaked), and
  *     RILL_EINVAL / RILL_ERANGE for bad arguments.
  *
@@ -25,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_internal.h"
 #include "cpu_internal.h"
 #include "quant_internal.h"
 #include "rill_alloc.h"
@@ -518,8 +525,10 @@ END_TEST
 /* Stated tolerances, relative to the magnitude of the result, taken as max over the outputs of
  * sum_i |w_i x_i| (the quantity a dot product's rounding error scales with; max |y| alone can be
  * arbitrarily small through cancellation):
- *   fast vs reference: both use the same quantized activations and integer block sums; only the
- *   float accumulation differs (f32 per block vs double): 1e-5 for every type.
+ *   fast vs reference: none, both form llama.cpp's f32 sums in its lane order (for the kernel
+ *   llama.cpp picks for the shape and batch, rill__mm_path_for): the same bits.
+ *   reference vs the exact formula (rill__dot_ref: the same quantized activations and integer
+ *   block sums, accumulated in double): 1e-5 for every type, the f32 sums' rounding.
  *   reference vs a naive product of dequantized weights and the unquantized f32 input: the
  *   difference is the activation's rounding to the vec_dot type: F32 1e-6, F16 1e-3 (2^-11 per
  *   term), BF16 8e-3 (2^-8 per term), 8-bit activations (Q8_0, Q8_1, Q8_K) 2e-2. */
@@ -561,7 +570,7 @@ static float *run_matmul(rill_backend_t *b, rill_dtype_t t, const void *wdata, i
 
 START_TEST(test_matmul_types) {
     const mm_case_t *mc = &mm_cases[_i];
-    static const int64_t toks[] = { 1, 3, 17 };
+    static const int64_t toks[] = { 1, 3, 17 };     /* 17: every kernel of rill__mm_path_for */
     static const int64_t outs[] = { 1, 7, 37, 24 }; /* 24: the 8-row kernels (Q4_0) */
     rill_backend_t *bs[B_COUNT];
     make_all(bs);
@@ -581,6 +590,16 @@ START_TEST(test_matmul_types) {
                                  RILL_OK);
             }
             float *ref = run_matmul(bs[B_REF], mc->t, wq, n_in, n_out, x, n_tok);
+            /* the exact formula in double, from the activations llama.cpp makes */
+            const int64_t arb = rill__act_row_bytes(mc->t, n_in);
+            uint8_t *act = xmalloc((size_t)(arb > 4 * n_in ? arb : 4 * n_in));
+            float *exact = xmalloc((size_t)(n_tok * n_out) * 4);
+            for (int64_t t = 0; t < n_tok; t++) {
+                rill__act_quantize_ref(mc->t, x + t * n_in, act, n_in);
+                for (int64_t o = 0; o < n_out; o++) {
+                    exact[t * n_out + o] = (float)rill__dot_ref(mc->t, wq + o * rb, act, n_in);
+                }
+            }
             /* the naive product of the dequantized weight, and the magnitude sum |w x| */
             float *naive = xmalloc((size_t)(n_tok * n_out) * 4);
             float mag = 0.0f;
@@ -598,12 +617,15 @@ START_TEST(test_matmul_types) {
             ck_assert_msg(max_diff(ref, naive, n_tok * n_out) <= mc->naive_tol * mag,
                           "%s: ref vs naive %g (mag %g)", rill_dtype_name(mc->t),
                           (double)max_diff(ref, naive, n_tok * n_out), (double)mag);
+            ck_assert_msg(max_diff(ref, exact, n_tok * n_out) <= FAST_TOL * mag,
+                          "%s: ref vs exact %g (mag %g)", rill_dtype_name(mc->t),
+                          (double)max_diff(ref, exact, n_tok * n_out), (double)mag);
             for (int bi = 1; bi < B_COUNT; bi++) {
                 if (bs[bi] == NULL) {
                     continue;
                 }
                 float *y = run_matmul(bs[bi], mc->t, wq, n_in, n_out, x, n_tok);
-                ck_assert_msg(max_diff(y, ref, n_tok * n_out) <= FAST_TOL * mag,
+                ck_assert_msg(memcmp(y, ref, (size_t)(n_tok * n_out) * 4) == 0,
                               "%s on %s (%d threads), T=%lld O=%lld: diff %g, mag %g",
                               rill_dtype_name(mc->t), rill_backend_name(bs[bi]),
                               rill_backend_n_threads(bs[bi]), (long long)n_tok, (long long)n_out,
@@ -611,6 +633,8 @@ START_TEST(test_matmul_types) {
                 free(y);
             }
             free(naive);
+            free(exact);
+            free(act);
             free(ref);
             free(wq);
             free(x);
@@ -621,8 +645,28 @@ START_TEST(test_matmul_types) {
 }
 END_TEST
 
-/* A token's output must not depend on which tile or thread computed it: token t alone, and
- * token t inside a 17-token batch, give identical bits (AVX2 path, 2 threads vs 1). */
+/* llama.cpp changes matmul kernels with the batch (F32/F16/BF16: vec_dot for 1 token, tinyBLAS
+ * from 2; Q4_K/Q5_K/Q6_K: vec_dot below 8 tokens, the tiled kernel from 8; Q4_K with a multiple
+ * of 8 rows: repacked, gemm for the tokens in whole groups of 4 and gemv for the rest), and
+ * rill follows it. So a token's output may depend on the batch, but only through that choice,
+ * never on tiles or threads:
+ *   - a 17-token batch on 1 and on 2 threads: identical;
+ *   - its first 8 tokens as a batch of their own (the same kernel class everywhere): identical;
+ *   - a token alone: identical wherever llama.cpp runs the same kernel for it in both (Q4_0,
+ *     Q4_1, Q8_0 always; repacked Q4_K for token 16, the batch's gemv remainder). */
+static bool single_same_as_batch(rill_dtype_t t, int64_t n_out, int64_t tok, int64_t n_tok) {
+    switch (t) {
+    case RILL_DTYPE_Q4_0:
+    case RILL_DTYPE_Q4_1:
+    case RILL_DTYPE_Q8_0:
+        return true;
+    case RILL_DTYPE_Q4_K:
+        return n_out % 8 == 0 && tok >= n_tok - n_tok % 4;
+    default:
+        return false;
+    }
+}
+
 START_TEST(test_matmul_batch_invariance) {
     if (!rill__cpu_has_avx2()) {
         return;
@@ -631,23 +675,35 @@ START_TEST(test_matmul_batch_invariance) {
     rill_backend_t *b2 = make_backend(RILL_BACKEND_CPU, RILL_SIMD_AVX2, 2);
     for (size_t c = 0; c < sizeof mm_cases / sizeof mm_cases[0]; c++) {
         for (int64_t n_out = 40; n_out <= 45; n_out += 5) { /* 40: 8-row kernels, 45: not */
+            const rill_dtype_t t = mm_cases[c].t;
             const int64_t n_in = mm_cases[c].n_in, n_tok = 17;
             float *wf = xmalloc((size_t)(n_out * n_in) * 4),
                   *x = xmalloc((size_t)(n_tok * n_in) * 4);
             fill(wf, n_out * n_in, 1.0f);
             fill(x, n_tok * n_in, 1.0f);
-            const int64_t rb = rill_dtype_row_bytes(mm_cases[c].t, n_in);
+            const int64_t rb = rill_dtype_row_bytes(t, n_in);
             uint8_t *wq = xmalloc((size_t)(rb * n_out));
             for (int64_t r = 0; r < n_out; r++) {
-                (void)rill_quantize_row(mm_cases[c].t, wf + r * n_in, wq + r * rb, n_in);
+                (void)rill_quantize_row(t, wf + r * n_in, wq + r * rb, n_in);
             }
-            float *all = run_matmul(b2, mm_cases[c].t, wq, n_in, n_out, x, n_tok);
-            for (int64_t t = 0; t < n_tok; t++) {
-                float *one = run_matmul(b1, mm_cases[c].t, wq, n_in, n_out, x + t * n_in, 1);
-                ck_assert_msg(memcmp(one, all + t * n_out, (size_t)n_out * 4) == 0, "%s token %lld",
-                              rill_dtype_name(mm_cases[c].t), (long long)t);
+            float *all = run_matmul(b2, t, wq, n_in, n_out, x, n_tok);
+            float *all1 = run_matmul(b1, t, wq, n_in, n_out, x, n_tok);
+            ck_assert_msg(memcmp(all, all1, (size_t)(n_tok * n_out) * 4) == 0, "%s: threads",
+                          rill_dtype_name(t));
+            float *first8 = run_matmul(b1, t, wq, n_in, n_out, x, 8);
+            ck_assert_msg(memcmp(all, first8, (size_t)(8 * n_out) * 4) == 0, "%s: 8 of 17",
+                          rill_dtype_name(t));
+            for (int64_t tok = 0; tok < n_tok; tok++) {
+                if (!single_same_as_batch(t, n_out, tok, n_tok)) {
+                    continue;
+                }
+                float *one = run_matmul(b1, t, wq, n_in, n_out, x + tok * n_in, 1);
+                ck_assert_msg(memcmp(one, all + tok * n_out, (size_t)n_out * 4) == 0,
+                              "%s token %lld", rill_dtype_name(t), (long long)tok);
                 free(one);
             }
+            free(first8);
+            free(all1);
             free(all);
             free(wq);
             free(x);
@@ -707,6 +763,150 @@ START_TEST(test_matmul_embedding_numerics) {
 }
 END_TEST
 
+/* ---- llama.cpp's arithmetic ----------------------------------------------------------------
+ *
+ * Bits recorded from llama-cpp-python 0.3.36's libggml-cpu.so (llama.cpp 0c1e57098, the portable
+ * AVX2 + FMA + F16C build of tools/README.md) through ctypes, after ggml_cpu_init(): the exported
+ * ggml_vec_swiglu_f32, ggml_vec_soft_max_f32 and ggml_vec_dot_f32 / _f16 / _bf16 on the inputs
+ * golden_input() makes. ggml_vec_soft_max_f32 with max = 0 returns ggml_v_expf itself. */
+
+/* x_i = ((i * 2654435761 + seed) mod 1000003) / 1000003 * (hi - lo) + lo, rounded once to f32. */
+static void golden_input(float *x, int n, double lo, double hi, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        const uint64_t k = ((uint64_t)i * 2654435761u + seed) % 1000003u;
+        x[i] = (float)((double)k / 1000003.0 * (hi - lo) + lo);
+    }
+}
+
+static const uint32_t golden_swiglu[131] = {
+    0x33b10ecb, 0x3d343444, 0x41a1dad6, 0x3aa9d977, 0x40e4507b, 0x373b46f3, 0x3f2ae3c6, 0x421c8db2,
+    0x3d296e3b, 0x419cf649, 0x3a8fb22a, 0x40d8be3f, 0x371b5ba5, 0x3f0e1334, 0x421924c1, 0x3d1d72f0,
+    0x419824f2, 0x3a72d936, 0x40cd7887, 0x3700d29e, 0x3ee7c6fa, 0x4215c56d, 0x3d10d7be, 0x419366d6,
+    0x3a4cf996, 0x40c27f45, 0x36d58c82, 0x3eb8c60e, 0x42126fb6, 0x3d0413e0, 0x418ebbf3, 0x3a2cd1f8,
+    0x40b7d268, 0x36b0ed2e, 0x3e8f3dcc, 0x420f239b, 0x3cef05b0, 0x418a2448, 0x3a118efc, 0x40ad71df,
+    0x369286ab, 0x3e5682a4, 0x420be11e, 0x3cd6cfad, 0x41859fd5, 0x39f4f3a6, 0x40a35d93, 0x36729a88,
+    0x3e19adc7, 0x4208a83b, 0x3cbfe33f, 0x41812e9c, 0x39cde97d, 0x40999570, 0x3648c383, 0x3dcfc493,
+    0x420578f7, 0x3caa7c78, 0x4179a133, 0x39acf000, 0x4090195c, 0x36261418, 0x3d81a06d, 0x4202534e,
+    0x3c96bcf4, 0x41710ba2, 0x39911df6, 0x4086e93d, 0x3609560e, 0x3d0f9956, 0x41fe6e87, 0x3c84b1d8,
+    0x41689c7e, 0x39735748, 0x407c09ee, 0x35e30eab, 0x3c825a73, 0x41f849a7, 0x3c68b20e, 0x416053cd,
+    0x394bdc68, 0x406ad8dc, 0x35bba1db, 0x3b9be0ce, 0x41f23803, 0x3c4b4abd, 0x4158318a, 0x392aa7a1,
+    0x405a3f03, 0x359b0065, 0x398c25c4, 0x41ec3998, 0x3c310434, 0x415035b5, 0x390ec06d, 0x404a3c30,
+    0x35800107, 0x3a7ef3ea, 0x41e64e64, 0x3c19ab2d, 0x4148604c, 0x38eea6df, 0x403ad025, 0x355359f2,
+    0x3bafc532, 0x41e0766c, 0x3c0506df, 0x4140b151, 0x38c75a0a, 0x402bfab4, 0x352e6e3f, 0x3c44c265,
+    0x41dab1aa, 0x3be5b7f8, 0x413928c3, 0x38a669c2, 0x401dbbb6, 0x350fea8a, 0x3ca0fc79, 0x41d50025,
+    0x3bc5de6b, 0x4131c69e, 0x388ad40c, 0x4010131b, 0x34ed691a, 0x3cdf7aea, 0x41cf61d7, 0x3baa0db2,
+    0x412a8ae5, 0x38677d44, 0x400300e6
+};
+static const uint32_t golden_exp[40] = {
+    0x00000000, 0x00000000, 0x00625ab5, 0x3f800000, 0x3f800000, 0x7f4cdcc3, 0x7f800000, 0x3f800000,
+    0x2d10cf54, 0x6ac3f36f, 0x18367d4e, 0x55f6efbc, 0x0365f8d4, 0x411b9823, 0x7ed28b12, 0x2c441452,
+    0x6a04a9c0, 0x1777194d, 0x55272e88, 0x029bb234, 0x4052ae92, 0x7e0e8adc, 0x2b84c015, 0x6933a1e3,
+    0x16a74a98, 0x54625f35, 0x01d2d22e, 0x3f8ea2f5, 0x7d4102a0, 0x2ab3c009, 0x68733aed, 0x15e28550,
+    0x53994252, 0x010ebb01, 0x3ec122f7, 0x7c82ac15, 0x29f363de, 0x67a4ac16, 0x15195c0b, 0x52cf851c
+};
+static const uint32_t golden_softmax[40] = {
+    0x3794b45a, 0x3b0078a9, 0x3e5dfb76, 0x39d1e9f2, 0x3d355a30, 0x38ab7e28, 0x3c1428b0, 0x3f800000,
+    0x3af2150b, 0x3e5124cb, 0x39c5c5f5, 0x3d2add18, 0x38a19306, 0x3c0b970f, 0x3f7131ab, 0x3ae414c3,
+    0x3e450c36, 0x39ba55b8, 0x3d20fb49, 0x38983abe, 0x3c038449, 0x3f633e8d, 0x3ad6e3c8, 0x3e39a6ba,
+    0x39af8ed6, 0x3d17abca, 0x388f6cdd, 0x3bf7d216, 0x3f5619f9, 0x3aca7624, 0x3e2ee9fa, 0x39a5678f,
+    0x3d0ee627, 0x3887214e, 0x3be97cdf, 0x3f49b7fe, 0x3abec07e, 0x00000000, 0x00000000, 0x00000000
+};
+static const struct {
+    int n;
+    uint32_t f32, f16, bf16;
+} golden_dots[3] = { { 64, 0x43470ae3, 0x43470c08, 0x43470658 },
+                     { 83, 0x437df246, 0x437df2c9, 0x437de2e0 },
+                     { 7, 0x41af178a, 0x41af1492, 0x41af735a } };
+static const uint64_t golden_softmax_sum = 4618069352434892800ull;
+
+static uint32_t f32_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+START_TEST(test_ggml_math_matches_llama_cpp) {
+    /* SwiGLU, n = 131: 16 vector groups of ggml_v_silu, then 3 with libm's expf */
+    float g[131], u[131], y[131];
+    golden_input(g, 131, -20, 20, 1);
+    golden_input(u, 131, -2, 2, 2);
+    rill__ggml_swiglu(y, g, u, 131);
+    for (int i = 0; i < 131; i++) {
+        ck_assert_msg(f32_bits(y[i]) == golden_swiglu[i], "swiglu %d: %08x vs %08x", i,
+                      f32_bits(y[i]), golden_swiglu[i]);
+    }
+    rill_backend_t *bs[B_COUNT];
+    make_all(bs);
+    for (int bi = 0; bi < B_COUNT; bi++) { /* and every backend's op */
+        if (bs[bi] == NULL) {
+            continue;
+        }
+        float *dg = NULL, *du = NULL;
+        ck_assert_int_eq(rill_backend_alloc(bs[bi], sizeof g, (void **)&dg), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(bs[bi], sizeof u, (void **)&du), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(bs[bi], dg, g, sizeof g), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(bs[bi], du, u, sizeof u), RILL_OK);
+        ck_assert_int_eq(rill_backend_swiglu(bs[bi], dg, dg, du, 131), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_out(bs[bi], y, dg, sizeof y), RILL_OK);
+        for (int i = 0; i < 131; i++) {
+            ck_assert_msg(f32_bits(y[i]) == golden_swiglu[i], "swiglu %d on %s", i,
+                          rill_backend_name(bs[bi]));
+        }
+        rill_backend_free(bs[bi], dg);
+        rill_backend_free(bs[bi], du);
+    }
+    destroy_all(bs);
+    /* exp: underflow to 0 (-inf, -104.5), a subnormal (-87.6), +-0, overflow to inf (88.8) */
+    float x[40];
+    golden_input(x, 40, -110, 90, 3);
+    const float special[8] = { -INFINITY, -104.5f, -87.6f, -0.0f, 0.0f, 88.5f, 88.8f, 1e-8f };
+    memcpy(x, special, sizeof special);
+    for (int i = 0; i < 40; i++) {
+        ck_assert_msg(f32_bits(rill__ggml_expf(x[i])) == golden_exp[i], "exp(%a): %08x vs %08x",
+                      (double)x[i], f32_bits(rill__ggml_expf(x[i])), golden_exp[i]);
+    }
+    /* a softmax row as attention makes it: 37 scores, padded to 40 with masked (-inf) slots */
+    float w[40];
+    golden_input(w, 40, -8, 3, 4);
+    float mx = -INFINITY;
+    for (int i = 0; i < 37; i++) {
+        mx = mx > w[i] ? mx : w[i];
+    }
+    double sum = 0.0;
+    for (int j0 = 0; j0 < 40; j0 += 8) {
+        float e[8];
+        for (int l = 0; l < 8; l++) {
+            e[l] = j0 + l < 37 ? rill__ggml_expf(w[j0 + l] - mx) : rill__ggml_expf(-INFINITY);
+            ck_assert_uint_eq(f32_bits(e[l]), golden_softmax[j0 + l]);
+        }
+        sum += (double)rill__hsum_a(e);
+    }
+    uint64_t sum_bits;
+    memcpy(&sum_bits, &sum, sizeof sum_bits);
+    ck_assert_msg(sum_bits == golden_softmax_sum, "softmax sum %.17g", sum);
+    /* dot products: the 32-value body, and tails of 19 and 7 values */
+    for (int c = 0; c < 3; c++) {
+        const int n = golden_dots[c].n;
+        float a[83], b[83], ah[83], bh[83], bb[83];
+        uint16_t wb[83];
+        golden_input(a, n, -3, 3, (uint64_t)(5 + n));
+        golden_input(b, n, -3, 3, (uint64_t)(6 + n));
+        for (int i = 0; i < n; i++) {
+            ah[i] = rill_fp16_to_f32(rill_f32_to_fp16(a[i]));
+            bh[i] = rill_fp16_to_f32(rill_f32_to_fp16(b[i]));
+            wb[i] = rill_f32_to_bf16(a[i]);
+            bb[i] = rill_bf16_to_f32(rill_f32_to_bf16(b[i]));
+        }
+        ck_assert_uint_eq(f32_bits(rill__ggml_dot_f32(a, b, n)), golden_dots[c].f32);
+        ck_assert_uint_eq(f32_bits(rill__ggml_dot_float(RILL_DTYPE_F32, a, b, n, false)),
+                          golden_dots[c].f32);
+        ck_assert_uint_eq(f32_bits(rill__ggml_dot_f16(ah, bh, n)), golden_dots[c].f16);
+        ck_assert_uint_eq(f32_bits(rill__ggml_dot_float(RILL_DTYPE_BF16, wb, bb, n, false)),
+                          golden_dots[c].bf16);
+    }
+}
+END_TEST
+
 /* ---- elementwise ops ------------------------------------------------------------------------ */
 
 START_TEST(test_ops_elementwise) {
@@ -745,7 +945,16 @@ START_TEST(test_ops_elementwise) {
             }
         }
         ck_assert_float_le(max_diff(y, e, R * N), 1e-6f * max_abs(e, R * N));
+        for (int r = 0; r < R; r++) { /* and llama.cpp's bits (f32 squares summed in order) */
+            rill__ggml_rms_norm_row(e + r * N, x + r * N, w, N, 1e-5f);
+        }
+        ck_assert(memcmp(y, e, sizeof y) == 0);
         ck_assert_int_eq(rill_backend_rms_norm(b, dy, dx, NULL, R, N, 1e-5f), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_out(b, y, dy, sizeof y), RILL_OK);
+        for (int r = 0; r < R; r++) {
+            rill__ggml_rms_norm_row(e + r * N, x + r * N, NULL, N, 1e-5f);
+        }
+        ck_assert(memcmp(y, e, sizeof y) == 0);
 
         /* residual add: exact */
         ck_assert_int_eq(rill_backend_add(b, dy, dx, dc, R * N), RILL_OK);
@@ -760,7 +969,8 @@ START_TEST(test_ops_elementwise) {
         for (int i = 0; i < R * N; i++) {
             ck_assert(y[i] == x[i] + w[i % N]);
         }
-        /* SwiGLU: tolerance 4 ulp-ish (1e-6 relative + 1e-7 absolute): the AVX2 exp is ~1 ulp */
+        /* SwiGLU: tolerance 4 ulp-ish (1e-6 relative + 1e-7 absolute): ggml's exp is ~1.5 ulp;
+         * and exactly llama.cpp's bits */
         ck_assert_int_eq(rill_backend_swiglu(b, dy, dx, dc, R * N), RILL_OK);
         ck_assert_int_eq(rill_backend_copy_out(b, y, dy, sizeof y), RILL_OK);
         for (int i = 0; i < R * N; i++) {
@@ -768,6 +978,8 @@ START_TEST(test_ops_elementwise) {
             ck_assert_msg(fabs(y[i] - s) <= 1e-6 * fabs(s) + 1e-7, "swiglu %d: %g vs %g", i,
                           (double)y[i], s);
         }
+        rill__ggml_swiglu(e, x, c, R * N);
+        ck_assert(memcmp(y, e, sizeof y) == 0);
         /* argmax: first maximum wins, NaN never does */
         float row[2][9] = { { 1, 5, 2, 5, NAN, -1, 0, 3, 4 },
                             { NAN, -INFINITY, -3, -2, -2, -7, -9, -8, -2.5f } };
@@ -998,9 +1210,9 @@ static void attention_case(rill_dtype_t dtype, int32_t P, int32_t D, int32_t his
     float *kh = malloc((size_t)n_hist * hd * 4), *vh = malloc((size_t)n_hist * hd * 4);
     float *kb = malloc(5 * (size_t)hd * 4), *vb = malloc(5 * (size_t)hd * 4);
     float *q = malloc(5 * (size_t)n_head * D * 4), *e = malloc(5 * (size_t)n_head * D * 4);
-    float *o = malloc(5 * (size_t)n_head * D * 4);
+    float *o = malloc(5 * (size_t)n_head * D * 4), *r = malloc(5 * (size_t)n_head * D * 4);
     int32_t *hs = malloc((size_t)n_hist * 4), *hl = malloc((size_t)n_hist * 4);
-    ck_assert(kh && vh && kb && vb && q && e && o && hs && hl);
+    ck_assert(kh && vh && kb && vb && q && e && o && r && hs && hl);
     fill(kh, n_hist * hd, 2.0f);
     fill(vh, n_hist * hd, 1.0f);
     fill(kb, 5 * hd, 2.0f);
@@ -1040,13 +1252,22 @@ static void attention_case(rill_dtype_t dtype, int32_t P, int32_t D, int32_t his
         ck_assert_int_eq(rill_backend_copy_in(b, dq, q, 5 * (size_t)n_head * D * 4), RILL_OK);
         ck_assert_int_eq(rill_backend_attention(b, &kv, pool, dout, dq, n_head), RILL_OK);
         ck_assert_int_eq(rill_backend_copy_out(b, o, dout, 5 * (size_t)n_head * D * 4), RILL_OK);
-        /* tolerance: 1e-5 relative to max |out| for the double-precision reference, 2e-5 for
-         * the f32 online softmax of the fast backends */
+        /* against the naive softmax in double: 2e-5 relative to max |out| (f32 scores, sums
+         * and weights); with an F16 pool the weights are rounded to f16 as llama.cpp converts
+         * KQ to V's type (2^-11 relative each), so 5e-4 of max |V| (V is in [-1, 1]) */
         const float mag = max_abs(e, 5 * n_head * D);
-        const float tol = (bi == B_REF ? 1e-5f : 2e-5f) * mag;
+        const float tol = dtype == RILL_DTYPE_F16 ? 5e-4f : 2e-5f * mag;
         ck_assert_msg(max_diff(o, e, 5 * n_head * D) <= tol, "%s P=%d D=%d on %s: %g (mag %g)",
                       rill_dtype_name(dtype), P, D, rill_backend_name(b),
                       (double)max_diff(o, e, 5 * n_head * D), (double)mag);
+        /* every fast backend: the reference's bits (llama.cpp's arithmetic) */
+        if (bi == B_REF) {
+            memcpy(r, o, 5 * (size_t)n_head * D * 4);
+        } else {
+            ck_assert_msg(memcmp(o, r, 5 * (size_t)n_head * D * 4) == 0,
+                          "%s P=%d D=%d on %s: not the reference's bits", rill_dtype_name(dtype), P,
+                          D, rill_backend_name(b));
+        }
         rill_backend_free(b, dq);
         rill_backend_free(b, dout);
         rill_backend_free(b, pool);
@@ -1059,6 +1280,7 @@ static void attention_case(rill_dtype_t dtype, int32_t P, int32_t D, int32_t his
     free(q);
     free(e);
     free(o);
+    free(r);
     free(hs);
     free(hl);
     free(tr.k);
@@ -1079,6 +1301,135 @@ START_TEST(test_attention_paged_f32) {
     attention_case(RILL_DTYPE_F32, 16, 64, 290, 6);
     attention_case(RILL_DTYPE_F32, 3, 20, 7, 6);
     attention_case(RILL_DTYPE_F32, 16, 32, 40, 40); /* G = 20 > RILL__ATTN_MAX_Q: split */
+}
+END_TEST
+
+/* A batch of n_tok consecutive tokens of one sequence after `hist` stored ones, H = 6 query heads
+ * on 2 KV heads, D = 64, P = 16: the fast kernel takes up to 16 tokens per task and, with a long
+ * history, splits a task whose softmax rows and V copy overflow its scratch. Every backend must
+ * give the reference's bits, and the reference must agree with a naive softmax in double
+ * (tolerances as in attention_case). */
+static void attention_run_case(rill_dtype_t dtype, int32_t hist, int32_t n_tok) {
+    enum { H = 6, HKV = 2, D = 64, P = 16 };
+    const int32_t n_all = hist + n_tok, n_pages = (n_all + P - 1) / P;
+    const rill_kv_layout_t kv = { dtype, P, HKV, D, n_pages };
+    int32_t *pages = xmalloc((size_t)n_pages * 4);
+    for (int32_t i = 0; i < n_pages; i++) {
+        pages[i] = n_pages - 1 - i; /* reversed: not the identity */
+    }
+    const rill_page_table_t pt = { pages, n_pages };
+    float *k = xmalloc((size_t)n_all * HKV * D * 4), *v = xmalloc((size_t)n_all * HKV * D * 4);
+    float *q = xmalloc((size_t)n_tok * H * D * 4), *o = xmalloc((size_t)n_tok * H * D * 4);
+    float *r = xmalloc((size_t)n_tok * H * D * 4), *e = xmalloc((size_t)n_tok * H * D * 4);
+    double *w = xmalloc((size_t)n_all * sizeof(double));
+    rill_batch_token_t *tok = xmalloc((size_t)(n_all > 64 ? 64 : n_all) * sizeof *tok);
+    fill(k, n_all * HKV * D, 2.0f);
+    fill(v, n_all * HKV * D, 1.0f);
+    fill(q, n_tok * H * D, 2.0f);
+    for (int32_t i = 0; i < n_all * HKV * D; i++) { /* the values the pool holds */
+        k[i] = pool_round(&kv, k[i]);
+        v[i] = pool_round(&kv, v[i]);
+    }
+    for (int32_t t = 0; t < n_tok; t++) { /* naive: causal, query t at slot hist + t */
+        for (int32_t h = 0; h < H; h++) {
+            const float *qh = q + ((size_t)t * H + h) * D;
+            const int32_t n_kv = hist + t + 1, g = h / (H / HKV);
+            double mx = -INFINITY, sum = 0.0;
+            for (int32_t s = 0; s < n_kv; s++) {
+                double d = 0.0;
+                for (int32_t i = 0; i < D; i++) {
+                    d += (double)pool_round(&kv, qh[i]) * k[((size_t)s * HKV + g) * D + i];
+                }
+                w[s] = d / sqrt((double)D);
+                mx = w[s] > mx ? w[s] : mx;
+            }
+            for (int32_t s = 0; s < n_kv; s++) {
+                w[s] = exp(w[s] - mx);
+                sum += w[s];
+            }
+            for (int32_t i = 0; i < D; i++) {
+                double acc = 0.0;
+                for (int32_t s = 0; s < n_kv; s++) {
+                    acc += w[s] * v[((size_t)s * HKV + g) * D + i];
+                }
+                e[((size_t)t * H + h) * D + i] = (float)(acc / sum);
+            }
+        }
+    }
+    rill_backend_t *bs[B_COUNT];
+    make_all(bs);
+    for (int bi = 0; bi < B_COUNT; bi++) {
+        rill_backend_t *b = bs[bi];
+        if (b == NULL) {
+            continue;
+        }
+        void *pool = NULL;
+        float *dk = NULL, *dv = NULL, *dq = NULL, *dout = NULL;
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)rill_kv_pool_bytes(&kv), &pool), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)n_all * HKV * D * 4, (void **)&dk), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)n_all * HKV * D * 4, (void **)&dv), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)n_tok * H * D * 4, (void **)&dq), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)n_tok * H * D * 4, (void **)&dout), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(b, dk, k, (size_t)n_all * HKV * D * 4), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(b, dv, v, (size_t)n_all * HKV * D * 4), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(b, dq, q, (size_t)n_tok * H * D * 4), RILL_OK);
+        for (int32_t s0 = 0; s0 < hist; s0 += 64) { /* the history, stored in batches of 64 */
+            const int32_t n = hist - s0 < 64 ? hist - s0 : 64;
+            for (int32_t i = 0; i < n; i++) {
+                tok[i] = (rill_batch_token_t){ 0, s0 + i, s0 + i, s0 + i + 1 };
+            }
+            const rill_batch_t batch = { n, tok, 1, &pt };
+            ck_assert_int_eq(rill_backend_set_batch(b, &batch), RILL_OK);
+            ck_assert_int_eq(rill_backend_kv_store(b, &kv, pool, dk + (size_t)s0 * HKV * D,
+                                                   dv + (size_t)s0 * HKV * D),
+                             RILL_OK);
+        }
+        for (int32_t t = 0; t < n_tok; t++) {
+            tok[t] = (rill_batch_token_t){ 0, hist + t, hist + t, hist + t + 1 };
+        }
+        const rill_batch_t batch = { n_tok, tok, 1, &pt };
+        ck_assert_int_eq(rill_backend_set_batch(b, &batch), RILL_OK);
+        ck_assert_int_eq(rill_backend_kv_store(b, &kv, pool, dk + (size_t)hist * HKV * D,
+                                               dv + (size_t)hist * HKV * D),
+                         RILL_OK);
+        ck_assert_int_eq(rill_backend_attention(b, &kv, pool, dout, dq, H), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_out(b, o, dout, (size_t)n_tok * H * D * 4), RILL_OK);
+        const float mag = max_abs(e, n_tok * H * D);
+        const float tol = dtype == RILL_DTYPE_F16 ? 5e-4f : 2e-5f * mag;
+        ck_assert_msg(max_diff(o, e, n_tok * H * D) <= tol, "%s hist %d on %s: %g",
+                      rill_dtype_name(dtype), hist, rill_backend_name(b),
+                      (double)max_diff(o, e, n_tok * H * D));
+        if (bi == B_REF) {
+            memcpy(r, o, (size_t)n_tok * H * D * 4);
+        } else {
+            ck_assert_msg(memcmp(o, r, (size_t)n_tok * H * D * 4) == 0,
+                          "%s hist %d on %s: not the reference's bits", rill_dtype_name(dtype),
+                          hist, rill_backend_name(b));
+        }
+        rill_backend_free(b, pool);
+        rill_backend_free(b, dk);
+        rill_backend_free(b, dv);
+        rill_backend_free(b, dq);
+        rill_backend_free(b, dout);
+    }
+    destroy_all(bs);
+    free(pages);
+    free(k);
+    free(v);
+    free(q);
+    free(o);
+    free(r);
+    free(e);
+    free(w);
+    free(tok);
+}
+
+START_TEST(test_attention_runs) {
+    attention_run_case(RILL_DTYPE_F16, 5, 20);    /* runs of 16 + 4 tokens, short history */
+    attention_run_case(RILL_DTYPE_F32, 37, 19);   /* last chunks partial */
+    attention_run_case(RILL_DTYPE_F16, 2000, 18); /* tasks split to fit the scratch */
+    attention_run_case(RILL_DTYPE_F32, 2000, 3);
+    attention_run_case(RILL_DTYPE_F16, 90, 1); /* one token: vec_dot order for the V sum */
 }
 END_TEST
 
@@ -1415,12 +1766,14 @@ static Suite *kernels_suite(void) {
 
     tc = tcase_create("ops");
     tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, test_ggml_math_matches_llama_cpp);
     tcase_add_test(tc, test_ops_elementwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_kv_store_placement);
     tcase_add_test(tc, test_kv_rope_shift);
     tcase_add_test(tc, test_attention_paged_f16);
     tcase_add_test(tc, test_attention_paged_f32);
+    tcase_add_test(tc, test_attention_runs);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");
