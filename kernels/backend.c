@@ -978,3 +978,39 @@ void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, cons
         out[d] = batched ? rill__hsum_a(s) : rill__hsum_b(s);
     }
 }
+
+/* ---- host memory hooks shared by the CPU backends ---- */
+
+rill_err_t rill__host_alloc(rill_backend_t *b, size_t bytes, void **out) {
+    (void)b;
+    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
+    return *out != NULL ? RILL_OK : RILL_ENOMEM;
+}
+
+void rill__host_free(rill_backend_t *b, void *p) {
+    (void)b;
+    rill_free(p);
+}
+
+rill_err_t rill__host_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    memmove(dst, src, bytes);
+    return RILL_OK;
+}
+
+rill_err_t rill__host_zero(rill_backend_t *b, void *dst, size_t bytes) {
+    (void)b;
+    memset(dst, 0, bytes);
+    return RILL_OK;
+}
+
+rill_err_t rill__host_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
+    (void)b;
+    w->data = host; /* zero copy: the kernels read the mmapped layout as is */
+    return RILL_OK;
+}
+
+void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w) {
+    (void)b;
+    (void)w;
+}

@@ -73,6 +73,16 @@ struct rill_backend {
 rill_err_t rill__backend_init_common(rill_backend_t *b, const rill_backend_params_t *p);
 void rill__backend_deinit_common(rill_backend_t *b);
 
+/* Host-memory implementations of the memory and weight hooks, shared by the two CPU backends:
+ * 64-byte aligned rill_malloc blocks, memmove/memset copies, zero-copy weights (the kernels read
+ * the mmapped layout as is). A device backend supplies its own. */
+rill_err_t rill__host_alloc(rill_backend_t *b, size_t bytes, void **out);
+void rill__host_free(rill_backend_t *b, void *p);
+rill_err_t rill__host_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes);
+rill_err_t rill__host_zero(rill_backend_t *b, void *dst, size_t bytes);
+rill_err_t rill__host_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host);
+void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w);
+
 /* Constructors of the two CPU backends (params already checked and resolved). */
 rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out);
 rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out);

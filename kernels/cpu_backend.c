@@ -55,40 +55,6 @@ static void cpu_destroy(rill_backend_t *b) {
     rill_free(c);
 }
 
-static rill_err_t cpu_alloc(rill_backend_t *b, size_t bytes, void **out) {
-    (void)b;
-    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
-    return *out != NULL ? RILL_OK : RILL_ENOMEM;
-}
-
-static void cpu_free(rill_backend_t *b, void *p) {
-    (void)b;
-    rill_free(p);
-}
-
-static rill_err_t cpu_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
-    (void)b;
-    memmove(dst, src, bytes);
-    return RILL_OK;
-}
-
-static rill_err_t cpu_zero(rill_backend_t *b, void *dst, size_t bytes) {
-    (void)b;
-    memset(dst, 0, bytes);
-    return RILL_OK;
-}
-
-static rill_err_t cpu_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
-    (void)b;
-    w->data = host; /* zero copy: the kernels read the mmapped layout as is */
-    return RILL_OK;
-}
-
-static void cpu_weight_release(rill_backend_t *b, rill_weight_t *w) {
-    (void)b;
-    (void)w;
-}
-
 static rill_err_t cpu_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
                                const int32_t *ids, int64_t n) {
     (void)b;
@@ -359,14 +325,14 @@ static rill_err_t cpu_argmax(rill_backend_t *b, const float *x, int64_t n_rows, 
 
 static const rill_backend_ops_t cpu_ops = {
     .destroy = cpu_destroy,
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .copy_in = cpu_copy,
-    .copy_out = cpu_copy,
-    .copy = cpu_copy,
-    .zero = cpu_zero,
-    .weight_prepare = cpu_weight_prepare,
-    .weight_release = cpu_weight_release,
+    .alloc = rill__host_alloc,
+    .free = rill__host_free,
+    .copy_in = rill__host_copy,
+    .copy_out = rill__host_copy,
+    .copy = rill__host_copy,
+    .zero = rill__host_zero,
+    .weight_prepare = rill__host_weight_prepare,
+    .weight_release = rill__host_weight_release,
     .get_rows = cpu_get_rows,
     .rms_norm = cpu_rms_norm,
     .matmul = cpu_matmul,

@@ -38,40 +38,6 @@ static void ref_destroy(rill_backend_t *b) {
     rill_free(r);
 }
 
-static rill_err_t ref_alloc(rill_backend_t *b, size_t bytes, void **out) {
-    (void)b;
-    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
-    return *out != NULL ? RILL_OK : RILL_ENOMEM;
-}
-
-static void ref_free(rill_backend_t *b, void *p) {
-    (void)b;
-    rill_free(p);
-}
-
-static rill_err_t ref_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
-    (void)b;
-    memmove(dst, src, bytes);
-    return RILL_OK;
-}
-
-static rill_err_t ref_zero(rill_backend_t *b, void *dst, size_t bytes) {
-    (void)b;
-    memset(dst, 0, bytes);
-    return RILL_OK;
-}
-
-static rill_err_t ref_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
-    (void)b;
-    w->data = host;
-    return RILL_OK;
-}
-
-static void ref_weight_release(rill_backend_t *b, rill_weight_t *w) {
-    (void)b;
-    (void)w;
-}
-
 static rill_err_t ref_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
                                const int32_t *ids, int64_t n) {
     (void)b;
@@ -243,14 +209,14 @@ static rill_err_t ref_argmax(rill_backend_t *b, const float *x, int64_t n_rows, 
 
 static const rill_backend_ops_t ref_ops = {
     .destroy = ref_destroy,
-    .alloc = ref_alloc,
-    .free = ref_free,
-    .copy_in = ref_copy,
-    .copy_out = ref_copy,
-    .copy = ref_copy,
-    .zero = ref_zero,
-    .weight_prepare = ref_weight_prepare,
-    .weight_release = ref_weight_release,
+    .alloc = rill__host_alloc,
+    .free = rill__host_free,
+    .copy_in = rill__host_copy,
+    .copy_out = rill__host_copy,
+    .copy = rill__host_copy,
+    .zero = rill__host_zero,
+    .weight_prepare = rill__host_weight_prepare,
+    .weight_release = rill__host_weight_release,
     .get_rows = ref_get_rows,
     .rms_norm = ref_rms_norm,
     .matmul = ref_matmul,
