@@ -60,6 +60,21 @@ static int parse_ids(char *s, int32_t *out, int cap) {
     return n;
 }
 
+/* Splits line at tabs in place into at most max fields; returns how many. */
+static int split_tabs(char *line, char **fields, int max) {
+    int k = 0;
+    for (char *p = line; k < max; k++) {
+        fields[k] = p;
+        char *tab = strchr(p, '\t');
+        if (tab == NULL) {
+            return k + 1;
+        }
+        *tab = 0;
+        p = tab + 1;
+    }
+    return k;
+}
+
 /* Reads every row of logits.tsv into a new array; *n gets the count. */
 static ref_t *load_refs(int *n) {
     char path[1200];
@@ -75,17 +90,7 @@ static ref_t *load_refs(int *n) {
         }
         line[strcspn(line, "\n")] = 0;
         char *fields[9];
-        int k = 0;
-        for (char *p = line; k < 9; k++) {
-            fields[k] = p;
-            char *tab = strchr(p, '\t');
-            if (tab == NULL) {
-                k++;
-                break;
-            }
-            *tab = 0;
-            p = tab + 1;
-        }
+        int k = split_tabs(line, fields, 9);
         ck_assert_int_eq(k, 9);
         ref_t *r = &refs[(*n)++];
         snprintf(r->file, sizeof r->file, "%s", fields[0]);
@@ -393,17 +398,7 @@ START_TEST(default_model_greedy_matches_llama_cpp) {
             continue;
         }
         char *fields[8];
-        int k = 0;
-        for (char *p = line; k < 8; k++) {
-            fields[k] = p;
-            char *tab = strchr(p, '\t');
-            if (tab == NULL) {
-                k++;
-                break;
-            }
-            *tab = 0;
-            p = tab + 1;
-        }
+        int k = split_tabs(line, fields, 8);
         ck_assert_int_ge(k, 7);
         static int32_t prompt[MAX_TOK], want[MAX_TOK];
         int np = parse_ids(fields[5], prompt, MAX_TOK);
