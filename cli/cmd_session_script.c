@@ -440,10 +440,18 @@ static bool read_line(FILE *f, char **buf, size_t *cap, bool *oom) {
 int cmd_session_script(int argc, char **argv) {
     local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
     int64_t cells = 8192, n_ctx = 0;
+    const char *kv_mem = NULL;
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_STRING, &lo.model_path, "GGUF model file (default: SmolLM2-135M)", 0,
           -1 },
-        { "cells", NULL, CLI_INT, &cells, "KV cell budget shared by all sessions", 16, 1 << 30 },
+        { "kv-cells", NULL, CLI_INT, &cells,
+          "KV cell budget (token positions) shared by all "
+          "sessions",
+          16, 1 << 30 },
+        { "kv-mem", NULL, CLI_STRING, &kv_mem,
+          "KV budget as memory (e.g. 512M, 2G): replaces "
+          "--kv-cells",
+          0, -1 },
         { "ctx", "-c", CLI_INT, &n_ctx, "positions a session may use, 0 = the model's context", 0,
           1 << 24 },
         { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
@@ -508,6 +516,34 @@ int cmd_session_script(int argc, char **argv) {
     size_t cap = 0;
     if (local_open(&sc->l, &lo) != 0) {
         goto done;
+    }
+    if (kv_mem != NULL) {
+        /* Bytes per cell: K and V of every layer, in the cache's element type. */
+        const rill_hparams_t *hp = sc->l.hp;
+        int64_t elt = strcmp(lo.kv_type, "f32") == 0 ? 4 : 2;
+        int64_t per_cell = 2 * (int64_t)hp->n_layer * hp->n_head_kv * hp->head_dim * elt;
+        char *end = NULL;
+        double v = strtod(kv_mem, &end);
+        double mul = *end == 'K' || *end == 'k'   ? 1024.0
+                     : *end == 'M' || *end == 'm' ? 1048576.0
+                     : *end == 'G' || *end == 'g' ? 1073741824.0
+                                                  : 1.0;
+        if (end == kv_mem || !(v > 0) || (mul != 1.0 && end[1] != '\0') ||
+            (mul == 1.0 && *end != '\0')) {
+            fprintf(stderr, "rill session-script: --kv-mem expects a size such as 512M, got '%s'\n",
+                    kv_mem);
+            status = 2;
+            goto done;
+        }
+        cells = (int64_t)(v * mul / (double)per_cell);
+        if (cells < 16) {
+            fprintf(stderr,
+                    "rill session-script: --kv-mem %s holds %lld cells of %lld bytes; "
+                    "need at least 16\n",
+                    kv_mem, (long long)cells, (long long)per_cell);
+            status = 2;
+            goto done;
+        }
     }
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = cells;

@@ -188,6 +188,14 @@ def t_session_script():
         st = json.loads(lines[5])
         assert st["n_seen"] == 12, st
         assert len(lines[6].split()) == 4
+    # The budget: as cells, or as memory; too small a budget for the input is a clear error.
+    p = subprocess.run([RILL, "session-script", "--model", m, "--kv-mem", "1K", "-"],
+                       input="new a\n", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--kv-mem 1K holds" in p.stderr, p.stderr
+    p = subprocess.run([RILL, "session-script", "--model", m, "--kv-cells", "16", "-"],
+                       input="new a\nappend a " + " ".join(["5"] * 40) + "\n",
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and ("EFULL" in p.stderr or "full" in p.stderr), p.stderr
     p = subprocess.run([RILL, "session-script", "--model", m, "-"], input="frobnicate a\n",
                        capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "frobnicate" in p.stderr, p.stderr
