@@ -170,34 +170,6 @@ static bool bpe_before(const tok_bigram_t *a, const tok_bigram_t *b) {
     return a->u.rank < b->u.rank || (a->u.rank == b->u.rank && a->left < b->left);
 }
 
-static void sift_down(tok_bigram_t *h, size_t n, size_t i) {
-    tok_bigram_t v = h[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) {
-            break;
-        }
-        if (c + 1 < n && bpe_before(&h[c + 1], &h[c])) {
-            c++;
-        }
-        if (!bpe_before(&h[c], &v)) {
-            break;
-        }
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = v;
-}
-
-static tok_bigram_t heap_pop(tok_bigram_t *h, size_t *n) {
-    tok_bigram_t top = h[0];
-    h[0] = h[--(*n)];
-    if (*n > 0) {
-        sift_down(h, *n, 0);
-    }
-    return top;
-}
-
 /* The merge of (l, l.next) when there is one. */
 static const tok_pair_t *pair_of(const rill_tokenizer_t *tok, const tok_sym_t *sy, int32_t l) {
     if (l < 0 || sy[l].next < 0 || sy[l].id < 0 || sy[sy[l].next].id < 0) {
@@ -214,22 +186,7 @@ static rill_err_t push_pair(const rill_tokenizer_t *tok, rill_tokenizer_work_t *
     }
     tok_bigram_t b = { .left = l, .size = sy[l].n + sy[sy[l].next].n };
     b.u.rank = p->rank;
-    rill_err_t e = rill__tok_reserve((void **)&w->heap, &w->heap_cap, *nh + 1, sizeof(b));
-    if (e != RILL_OK) {
-        return e;
-    }
-    tok_bigram_t *h = w->heap;
-    size_t i = (*nh)++;
-    while (i > 0) {
-        size_t q = (i - 1) / 2;
-        if (!bpe_before(&b, &h[q])) {
-            break;
-        }
-        h[i] = h[q];
-        i = q;
-    }
-    h[i] = b;
-    return RILL_OK;
+    return rill__tok_heap_push(w, nh, b, bpe_before);
 }
 
 typedef struct bpe_ctx {
@@ -293,10 +250,10 @@ static rill_err_t bpe_word(void *user, size_t off, size_t n) {
         }
     }
     for (size_t i = nh / 2; i-- > 0;) {
-        sift_down(w->heap, nh, i);
+        rill__tok_heap_sift_down(w->heap, nh, i, bpe_before);
     }
     while (nh > 0) {
-        tok_bigram_t b = heap_pop(w->heap, &nh);
+        tok_bigram_t b = rill__tok_heap_pop(w->heap, &nh, bpe_before);
         tok_sym_t *l = &sy[b.left];
         if (l->n == 0 || l->next < 0) {
             continue;

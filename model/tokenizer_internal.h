@@ -180,6 +180,61 @@ static inline void tok_push(tok_out_t *o, int32_t id) {
 int32_t rill__tok_lookup(const rill_tokenizer_t *tok, const char *s, size_t n);
 rill_err_t rill__tok_reserve(void **p, size_t *cap, size_t need, size_t elem);
 
+/* The merge loops' binary heap of bigrams, shared by SPM and BPE. `before(a, b)` is true when a
+ * must pop first (each caller passes its own order); static inline so the comparator inlines. */
+typedef bool (*tok_before_fn)(const tok_bigram_t *a, const tok_bigram_t *b);
+
+static inline void rill__tok_heap_sift_down(tok_bigram_t *h, size_t n, size_t i,
+                                            tok_before_fn before) {
+    tok_bigram_t v = h[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) {
+            break;
+        }
+        if (c + 1 < n && before(&h[c + 1], &h[c])) {
+            c++;
+        }
+        if (!before(&h[c], &v)) {
+            break;
+        }
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+}
+
+static inline tok_bigram_t rill__tok_heap_pop(tok_bigram_t *h, size_t *n, tok_before_fn before) {
+    tok_bigram_t top = h[0];
+    h[0] = h[--(*n)];
+    if (*n > 0) {
+        rill__tok_heap_sift_down(h, *n, 0, before);
+    }
+    return top;
+}
+
+/* Adds b to the work object's heap of *nh entries, growing it if needed. RILL_ENOMEM leaves the
+ * heap as it was. */
+static inline rill_err_t rill__tok_heap_push(rill_tokenizer_work_t *w, size_t *nh, tok_bigram_t b,
+                                             tok_before_fn before) {
+    rill_err_t e = rill__tok_reserve((void **)&w->heap, &w->heap_cap, *nh + 1, sizeof(b));
+    if (e != RILL_OK) {
+        return e;
+    }
+    tok_bigram_t *h = w->heap;
+    size_t i = (*nh)++;
+    while (i > 0) {
+        size_t q = (i - 1) / 2;
+        if (!before(&b, &h[q])) {
+            break;
+        }
+        h[i] = h[q];
+        i = q;
+    }
+    h[i] = b;
+    return RILL_OK;
+}
+
 /* ---- tokenizer_spm.c ---- */
 /* Tokenizes one escaped text fragment s[0, n) with the score-driven merge. */
 rill_err_t rill__tok_spm(const rill_tokenizer_t *tok, rill_tokenizer_work_t *w, const char *s,

@@ -23,34 +23,6 @@ static bool spm_before(const tok_bigram_t *a, const tok_bigram_t *b) {
     return a->u.score > b->u.score || (a->u.score == b->u.score && a->left < b->left);
 }
 
-static void sift_down(tok_bigram_t *h, size_t n, size_t i) {
-    tok_bigram_t v = h[i];
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) {
-            break;
-        }
-        if (c + 1 < n && spm_before(&h[c + 1], &h[c])) {
-            c++;
-        }
-        if (!spm_before(&h[c], &v)) {
-            break;
-        }
-        h[i] = h[c];
-        i = c;
-    }
-    h[i] = v;
-}
-
-static tok_bigram_t heap_pop(tok_bigram_t *h, size_t *n) {
-    tok_bigram_t top = h[0];
-    h[0] = h[--(*n)];
-    if (*n > 0) {
-        sift_down(h, *n, 0);
-    }
-    return top;
-}
-
 /* The candidate (l, l.next) when its text is a token; false otherwise. */
 static bool make_pair(const rill_tokenizer_t *tok, const char *s, const tok_sym_t *sy, int32_t l,
                       tok_bigram_t *b) {
@@ -74,22 +46,7 @@ static rill_err_t push_pair(const rill_tokenizer_t *tok, rill_tokenizer_work_t *
     if (!make_pair(tok, s, sy, l, &b)) {
         return RILL_OK;
     }
-    rill_err_t e = rill__tok_reserve((void **)&w->heap, &w->heap_cap, *nh + 1, sizeof(b));
-    if (e != RILL_OK) {
-        return e;
-    }
-    tok_bigram_t *h = w->heap;
-    size_t i = (*nh)++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!spm_before(&b, &h[p])) {
-            break;
-        }
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = b;
-    return RILL_OK;
+    return rill__tok_heap_push(w, nh, b, spm_before);
 }
 
 rill_err_t rill__tok_spm(const rill_tokenizer_t *tok, rill_tokenizer_work_t *w, const char *s,
@@ -136,10 +93,10 @@ rill_err_t rill__tok_spm(const rill_tokenizer_t *tok, rill_tokenizer_work_t *w, 
         }
     }
     for (size_t i = nh / 2; i-- > 0;) {
-        sift_down(w->heap, nh, i);
+        rill__tok_heap_sift_down(w->heap, nh, i, spm_before);
     }
     while (nh > 0) {
-        tok_bigram_t b = heap_pop(w->heap, &nh);
+        tok_bigram_t b = rill__tok_heap_pop(w->heap, &nh, spm_before);
         tok_sym_t *l = &sy[b.left];
         if (l->n == 0 || l->next < 0) {
             continue;
