@@ -390,9 +390,9 @@ static rill_err_t apply(rill_session_t *s, uint32_t type, const unsigned char *p
     case RILL__REC_TOKENS:
         return rill__session_append(s, (const int32_t *)(const void *)pl, (int32_t)(len / 4));
     case RILL__REC_TEXT:
-        return rill__session_append_text(s, (const char *)pl, len);
+        return rill__session_append_text(s, (const char *)pl, len, false);
     case RILL__REC_FLUSH:
-        return rill__session_flush_text(s);
+        return rill__session_flush_text(s, false);
     default: {
         int32_t pos;
         memcpy(&pos, pl, 4);

@@ -76,7 +76,13 @@ rill_err_t rill_session_pool_new(rill_forward_t *fw, const rill_session_pool_par
     p->free_list = rill_malloc(RILL_MEM_SESSIONS, (size_t)n_pages * sizeof *p->free_list);
     p->tmp_pages = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->max_table * sizeof *p->tmp_pages);
     p->btok = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->max_batch * sizeof *p->btok);
-    if (p->refs == NULL || p->free_list == NULL || p->tmp_pages == NULL || p->btok == NULL) {
+    p->bids = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->max_batch * sizeof *p->bids);
+    p->bpt = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->max_batch * sizeof *p->bpt);
+    p->brow = rill_malloc(RILL_MEM_SESSIONS, RILL_SESSION_STEP_MAX_LOGITS * sizeof *p->brow);
+    p->blogits = rill_malloc(RILL_MEM_SESSIONS,
+                             (size_t)RILL_SESSION_STEP_MAX_LOGITS * p->n_vocab * sizeof(float));
+    if (p->refs == NULL || p->free_list == NULL || p->tmp_pages == NULL || p->btok == NULL ||
+        p->bids == NULL || p->bpt == NULL || p->brow == NULL || p->blogits == NULL) {
         err = RILL_ENOMEM;
         goto cleanup;
     }
@@ -110,8 +116,24 @@ void rill_session_pool_destroy(rill_session_pool_t **pp) {
     rill_free(p->free_list);
     rill_free(p->tmp_pages);
     rill_free(p->btok);
+    rill_free(p->bids);
+    rill_free(p->bpt);
+    rill_free(p->brow);
+    rill_free(p->blogits);
     rill_free(p);
     *pp = NULL;
+}
+
+const rill_tokenizer_t *rill_session_pool_tokenizer(const rill_session_pool_t *p) {
+    return p->tok;
+}
+
+int32_t rill_session_pool_n_vocab(const rill_session_pool_t *p) {
+    return p->n_vocab;
+}
+
+int32_t rill_session_pool_max_batch(const rill_session_pool_t *p) {
+    return p->max_batch;
 }
 
 int32_t rill_session_pool_n_pages(const rill_session_pool_t *p) {

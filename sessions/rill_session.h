@@ -144,6 +144,16 @@ rill_kv_cache_t *rill_session_pool_cache(rill_session_pool_t *p);
 /* Bytes of KV memory (all layers) one page holds. */
 int64_t rill_session_pool_page_bytes(const rill_session_pool_t *p);
 
+/* The pool's tokenizer (NULL without one; borrowed) and its forward's max_batch. */
+const rill_tokenizer_t *rill_session_pool_tokenizer(const rill_session_pool_t *p);
+int32_t rill_session_pool_max_batch(const rill_session_pool_t *p);
+
+/* The model's vocabulary size (the length of a logits row). */
+int32_t rill_session_pool_n_vocab(const rill_session_pool_t *p);
+
+/* Detail of the last error rill_session_step() returned. Borrowed; valid until the next step. */
+const char *rill_session_pool_last_error(const rill_session_pool_t *p);
+
 /* ---- sessions ------------------------------------------------------------------------------ */
 
 typedef struct rill_session_params {
@@ -206,11 +216,16 @@ rill_err_t rill_session_flush_text(rill_session_t *s);
 size_t rill_session_pending_text(const rill_session_t *s);
 
 /* Forks src: a new session sharing all of src's pages (one reference more each), with its
- * tokens, logits, window policy, counters, sequence number and held-back text. O(pages); copies
- * no K/V. The fork has no ingest log and a new identity (its own log would not replay src's).
- * Errors: RILL_EINVAL, RILL_ENOMEM (src unchanged). Caller owns *out; destroy with
- * rill_session_destroy(). */
+ * tokens (resident and queued), logits, window policy, counters, sequence number and held-back
+ * text. O(pages); copies no K/V. The fork has no ingest log and a new identity (its own log would
+ * not replay src's). Errors: RILL_EINVAL, RILL_ENOMEM (src unchanged). Caller owns *out; destroy
+ * with rill_session_destroy(). */
 rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out);
+
+/* As rill_session_fork(), but the fork has no window: it may grow to n_ctx positions without
+ * evicting (RILL_ERANGE beyond), so a question on a full window costs no eviction and no copy
+ * of shared pages. For branches that are dropped afterwards (questions). */
+rill_err_t rill_session_fork_unwindowed(rill_session_t *src, rill_session_t **out);
 
 /* Keeps positions [0, pos) and drops the rest, releasing the pages past ceil(pos / P). When
  * pos < n_resident, held-back text is discarded (it continued the dropped part) and the next
@@ -248,6 +263,65 @@ typedef struct rill_session_gen {
  * appended before the error). */
 rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen);
 
+/* ---- deferred input and batched steps (for a scheduler) ------------------------------------ *
+ * Taking input and evaluating it can be split: the feed calls check, log (acknowledge) and
+ * tokenize input at once and queue the tokens on the session; rill_session_step() then
+ * evaluates queued tokens of many sessions of one pool in one forward pass. The synchronous
+ * calls above are "feed, then drain" (queued tokens of earlier feeds first, in order). A fork
+ * copies the queue; rollback may cut into it; rill_session_snapshot() refuses a session with a
+ * queue (RILL_EAGAIN). The ingest log holds fed input like appended input, so a restore
+ * evaluates it. */
+
+/* As rill_session_append() / _append_text() / _flush_text(), but the tokens are queued, not
+ * evaluated, and the cell budget is not checked (the step is). Errors: RILL_EINVAL (an id
+ * outside the vocabulary), RILL_ERANGE (no window and resident + queued + n > n_ctx),
+ * RILL_EUNSUPPORTED (text without a tokenizer), RILL_ENOMEM, RILL_EIO (log); on error nothing
+ * is queued or logged. */
+rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n);
+rill_err_t rill_session_feed_text(rill_session_t *s, const char *text, size_t len);
+rill_err_t rill_session_feed_flush(rill_session_t *s);
+
+/* Queued tokens of s. */
+int32_t rill_session_pending(const rill_session_t *s);
+
+/* Most queued tokens one step may evaluate for s: min(queued, max_batch, the room left before
+ * the window (or the context) is full; when it is full, the room the next eviction makes). */
+int32_t rill_session_step_room(const rill_session_t *s);
+
+/* Most step items that may ask for logits. */
+#define RILL_SESSION_STEP_MAX_LOGITS 32
+
+typedef struct rill_session_step {
+    rill_session_t *s; /* a session of the pool, at most once per step */
+    int32_t n;         /* queued tokens to evaluate: 1..rill_session_step_room(s) */
+    bool logits;       /* keep the logits of the last one (rill_session_logits) */
+} rill_session_step_t;
+
+/* Evaluates items[i].n queued tokens of each items[i].s in one forward pass (evicting window
+ * pages first where a window is full), as if each were appended alone: the tokens' positions,
+ * pages and copy-on-write are each session's own. Logits of a token depend on the batch it was
+ * computed in (rill_backend.h, Numerics), so they may differ from a lone append in the last
+ * bits. Errors: RILL_EINVAL (NULL, an item out of range, a session twice or of another pool),
+ * RILL_ERANGE (more than max_batch tokens or RILL_SESSION_STEP_MAX_LOGITS logits rows),
+ * RILL_EFULL (the free pages cannot cover every item's worst case: nothing changed), forward
+ * errors (the tokens stay queued; logits invalid). The detail is in
+ * rill_session_pool_last_error(). Allocates nothing. */
+rill_err_t rill_session_step(rill_session_pool_t *p, rill_session_step_t *items, int32_t n_items);
+
+/* Evaluates every queued token of s (steps of rill_session_step_room()). Errors: as
+ * rill_session_step(). */
+rill_err_t rill_session_drain(rill_session_t *s);
+
+/* Makes branch's state s's own input: branch must be a rill_session_fork() of s taken when s
+ * was at its current sequence number (s unchanged since), not rolled back below the fork, with
+ * nothing queued or held back on either. The tokens branch added (its stream beyond s's,
+ * evictions included) are logged on s as one record (an input call), then s holds branch's
+ * pages (shared, reference-counted: no copy), tokens, counters and logits. branch is unchanged
+ * (destroy it). Used to commit a reply computed on a branch (turns, speculation). Errors:
+ * RILL_EINVAL (NULL, not such a fork), RILL_EUNSUPPORTED (the other conditions), RILL_EIO;
+ * on error s is unchanged. */
+rill_err_t rill_session_adopt(rill_session_t *s, rill_session_t *branch);
+
 /* Answers a question without changing s: forks s, appends question[0, n_q) to the fork,
  * decodes with gen on the fork (see rill_session_generate), and destroys the fork. Held-back
  * text of s is not part of the question's context (flush first to include it). Afterwards s is
@@ -271,6 +345,7 @@ typedef struct rill_session_stats {
     int64_t n_evicted;    /* tokens evicted by the window so far */
     int32_t n_sink_cfg;   /* S' (sinks rounded up to pages) */
     int32_t window_cfg;   /* W' (window rounded up to pages; 0: none) */
+    int32_t n_pending;    /* tokens fed but not evaluated yet (rill_session_feed) */
 } rill_session_stats_t;
 
 /* Fills *out. Does not block or allocate. */

@@ -89,7 +89,12 @@ rill_err_t rill__session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32
     s->shared = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->cap_pages * sizeof *s->shared);
     s->tokens = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->cap_slots * sizeof *s->tokens);
     s->logits = rill_malloc(RILL_MEM_SESSIONS, (size_t)p->n_vocab * sizeof *s->logits);
-    if (s->pages == NULL || s->shared == NULL || s->tokens == NULL || s->logits == NULL) {
+    /* the input queue starts at one step's worth; it grows only for a longer input */
+    s->pend_cap = p->max_batch;
+    s->pend = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->pend_cap * sizeof *s->pend);
+    if (s->pages == NULL || s->shared == NULL || s->tokens == NULL || s->logits == NULL ||
+        s->pend == NULL) {
+        rill_free(s->pend);
         rill_free(s->pages);
         rill_free(s->shared);
         rill_free(s->tokens);
@@ -172,6 +177,7 @@ void rill_session_destroy(rill_session_t **sp) {
     rill_free(s->logits);
     rill_free(s->text);
     rill_free(s->tbuf);
+    rill_free(s->pend);
     rill_free(s);
     *sp = NULL;
 }
@@ -179,12 +185,12 @@ void rill_session_destroy(rill_session_t **sp) {
 /* ---- planning -------------------------------------------------------------------------------
  */
 
-/* Walks the page effects of appending n tokens without changing anything: RILL_OK when the
- * free list suffices at every step, RILL_EFULL (with the shortfall in s->err) otherwise. */
-static rill_err_t plan(rill_session_t *s, int64_t n) {
+/* Walks the page effects of appending n tokens without changing anything: the most pages the
+ * append holds beyond today's at any point (new pages and copies, less evicted ones). */
+static int64_t plan_need(rill_session_t *s, int64_t n) {
     rill_session_pool_t *p = s->pool;
     int32_t P = p->P;
-    int64_t free = p->n_free, worst = free;
+    int64_t free = 0, worst = 0;
     int32_t n_pg = s->n_pages, cur = s->n;
     for (int32_t i = 0; i < n_pg; i++) {
         s->shared[i] = p->refs[s->pages[i]] > 1;
@@ -220,10 +226,17 @@ static rill_err_t plan(rill_session_t *s, int64_t n) {
         cur += m;
         left -= m;
     }
-    if (worst < 0) {
-        return rill__session_fail(s, RILL_EFULL,
-                                  "KV budget exhausted: %lld more page(s) needed (%d free of %d)",
-                                  (long long)-worst, p->n_free, p->n_pages);
+    return -worst;
+}
+
+/* RILL_OK when the free list suffices for appending n tokens at every step, RILL_EFULL (with
+ * the shortfall in s->err) otherwise. */
+static rill_err_t plan(rill_session_t *s, int64_t n) {
+    int64_t need = plan_need(s, n);
+    if (need > s->pool->n_free) {
+        return rill__session_fail(
+            s, RILL_EFULL, "KV budget exhausted: %lld more page(s) needed (%d free of %d)",
+            (long long)(need - s->pool->n_free), s->pool->n_free, s->pool->n_pages);
     }
     return RILL_OK;
 }
@@ -301,8 +314,9 @@ static void trim_pages(rill_session_t *s) {
     }
 }
 
-/* Every check of an append that can be made before anything changes (n > 0). */
-static rill_err_t check_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+/* Every check of taking n more tokens that can be made before anything changes (n > 0): ids in
+ * the vocabulary, and without a window the context (queued tokens included). */
+static rill_err_t check_tokens(rill_session_t *s, const int32_t *tokens, int32_t n) {
     rill_session_pool_t *p = s->pool;
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= p->n_vocab) {
@@ -310,90 +324,304 @@ static rill_err_t check_append(rill_session_t *s, const int32_t *tokens, int32_t
                                       tokens[i], i, p->n_vocab);
         }
     }
-    if (s->window_slots == 0 && (int64_t)s->n + n > s->cap_slots) {
+    if (s->window_slots == 0 && (int64_t)s->n + s->n_pend + n > s->cap_slots) {
         return rill__session_fail(s, RILL_ERANGE,
-                                  "%d + %d tokens exceed the context of %d (no window)", s->n, n,
-                                  s->cap_slots);
-    }
-    return plan(s, n);
-}
-
-/* The append itself, after check_append() succeeded. */
-static rill_err_t append_checked(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    rill_session_pool_t *p = s->pool;
-    rill_err_t err = RILL_OK;
-    for (int32_t done = 0; done < n;) {
-        if (s->n == s->cap_slots) {
-            err = evict(s);
-            if (err != RILL_OK) {
-                s->logits_valid = false;
-                return err;
-            }
-        }
-        int32_t m = n - done;
-        m = m < s->cap_slots - s->n ? m : s->cap_slots - s->n;
-        m = m < p->max_batch ? m : p->max_batch;
-        err = prepare_write(s, m);
-        if (err != RILL_OK) {
-            trim_pages(s);
-            s->logits_valid = false;
-            return err;
-        }
-        for (int32_t i = 0; i < m; i++) {
-            int32_t slot = s->n + i;
-            p->btok[i] =
-                (rill_batch_token_t){ .seq = 0, .pos = slot, .slot = slot, .n_kv = slot + 1 };
-        }
-        rill_page_table_t pt = { s->pages, s->n_pages };
-        rill_batch_t b = { .n_tok = m, .tok = p->btok, .n_seq = 1, .seq = &pt };
-        bool last = done + m == n;
-        int32_t row = m - 1;
-        err = rill_forward_eval(p->fw, p->kv, &b, tokens + done, &row, last ? 1 : 0,
-                                last ? s->logits : NULL);
-        if (err != RILL_OK) {
-            trim_pages(s);
-            s->logits_valid = false;
-            return rill__session_fail(s, err, "forward pass: %s", rill_forward_last_error(p->fw));
-        }
-        memcpy(s->tokens + s->n, tokens + done, (size_t)m * sizeof *tokens);
-        s->n += m;
-        done += m;
-        s->logits_valid = last;
+                                  "%d + %d tokens exceed the context of %d (no window)",
+                                  s->n + s->n_pend, n, s->cap_slots);
     }
     return RILL_OK;
 }
 
-rill_err_t rill__session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
-        return RILL_EINVAL;
+/* Queues tokens[0, n) behind the pending ones (checked). Errors: RILL_ENOMEM (nothing queued). */
+static rill_err_t pend_push(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    if (s->pend_head > 0 && s->pend_head + s->n_pend + n > s->pend_cap) {
+        memmove(s->pend, s->pend + s->pend_head, (size_t)s->n_pend * sizeof *s->pend);
+        s->pend_head = 0;
     }
-    if (n == 0) {
-        return RILL_OK;
+    if (s->n_pend + n > s->pend_cap) {
+        int64_t cap = (int64_t)s->pend_cap * 2 > s->n_pend + n ? (int64_t)s->pend_cap * 2
+                                                               : (int64_t)s->n_pend + n;
+        cap = cap < 64 ? 64 : cap;
+        int32_t *grown = rill_realloc(RILL_MEM_SESSIONS, s->pend, (size_t)cap * sizeof *grown);
+        if (grown == NULL) {
+            return rill__session_fail(s, RILL_ENOMEM, "queue of %d tokens: out of memory",
+                                      s->n_pend + n);
+        }
+        s->pend = grown;
+        s->pend_cap = (int32_t)cap;
     }
-    rill_err_t err = check_append(s, tokens, n);
-    return err == RILL_OK ? append_checked(s, tokens, n) : err;
+    memcpy(s->pend + s->pend_head + s->n_pend, tokens, (size_t)n * sizeof *tokens);
+    s->n_pend += n;
+    return RILL_OK;
 }
 
-rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
-        return RILL_EINVAL;
+static void pend_pop(rill_session_t *s, int32_t n) {
+    s->pend_head += n;
+    s->n_pend -= n;
+    if (s->n_pend == 0) {
+        s->pend_head = 0;
     }
-    if (n == 0) {
-        return RILL_OK;
+}
+
+int32_t rill_session_step_room(const rill_session_t *s) {
+    int32_t room = s->n < s->cap_slots ? s->cap_slots - s->n
+                                       : s->evict_pages * s->pool->P; /* after the eviction */
+    room = room < s->n_pend ? room : s->n_pend;
+    return room < s->pool->max_batch ? room : s->pool->max_batch;
+}
+
+int32_t rill_session_pending(const rill_session_t *s) {
+    return s->n_pend;
+}
+
+static rill_err_t pool_fail(rill_session_pool_t *p, rill_err_t err, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+static rill_err_t pool_fail(rill_session_pool_t *p, rill_err_t err, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+const char *rill_session_pool_last_error(const rill_session_pool_t *p) {
+    return p->err;
+}
+
+/* Validates a step: sessions of p, each once, counts within room, totals within the limits. */
+static rill_err_t check_step(rill_session_pool_t *p, const rill_session_step_t *it, int32_t n_it) {
+    int64_t total = 0;
+    int32_t n_logits = 0;
+    rill_err_t err = RILL_OK;
+    int32_t i = 0;
+    for (; i < n_it && err == RILL_OK; i++) {
+        rill_session_t *s = it[i].s;
+        if (s == NULL || s->pool != p) {
+            err = pool_fail(p, RILL_EINVAL, "step item %d: no session, or one of another pool", i);
+        } else if (s->in_step) {
+            err = pool_fail(p, RILL_EINVAL, "step item %d: the session appears twice", i);
+        } else if (it[i].n < 1 || it[i].n > rill_session_step_room(s)) {
+            err = pool_fail(p, RILL_EINVAL, "step item %d: %d tokens outside [1, %d]", i, it[i].n,
+                            rill_session_step_room(s));
+        } else {
+            s->in_step = true;
+            total += it[i].n;
+            n_logits += it[i].logits;
+        }
     }
-    /* Checked before the record is written, so that a call refused for its arguments or the
-     * budget costs no write (and no fsync under FSYNC_ALWAYS). */
-    rill_err_t err = check_append(s, tokens, n);
+    for (int32_t j = 0; j < i; j++) {
+        if (it[j].s != NULL && it[j].s->pool == p) {
+            it[j].s->in_step = false;
+        }
+    }
+    if (err == RILL_OK && total > p->max_batch) {
+        err = pool_fail(p, RILL_ERANGE, "step of %lld tokens exceeds max_batch %d",
+                        (long long)total, p->max_batch);
+    }
+    if (err == RILL_OK && n_logits > RILL_SESSION_STEP_MAX_LOGITS) {
+        err = pool_fail(p, RILL_ERANGE, "step asks for %d logits rows (at most %d)", n_logits,
+                        RILL_SESSION_STEP_MAX_LOGITS);
+    }
     if (err == RILL_OK) {
-        err = rill__log_write(s, RILL__REC_TOKENS, tokens, (size_t)n * sizeof *tokens);
-        if (err == RILL_OK) {
-            err = rill__log_settle(s, append_checked(s, tokens, n));
+        /* Pages: the sum of each item's worst case, so the step can never run dry midway. */
+        int64_t need = 0;
+        for (int32_t j = 0; j < n_it; j++) {
+            need += plan_need(it[j].s, it[j].n);
+        }
+        if (need > p->n_free) {
+            err = pool_fail(p, RILL_EFULL,
+                            "KV budget exhausted: the step needs %lld page(s), %d free of %d",
+                            (long long)need, p->n_free, p->n_pages);
         }
     }
     return err;
 }
 
-rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
+rill_err_t rill_session_step(rill_session_pool_t *p, rill_session_step_t *it, int32_t n_it) {
+    if (p == NULL || it == NULL || n_it < 1 || n_it > p->max_batch) {
+        return RILL_EINVAL;
+    }
+    rill_err_t err = check_step(p, it, n_it);
+    if (err != RILL_OK) {
+        return err;
+    }
+    int32_t T = 0, n_out = 0;
+    for (int32_t i = 0; i < n_it && err == RILL_OK; i++) {
+        rill_session_t *s = it[i].s;
+        if (s->n == s->cap_slots) {
+            err = evict(s);
+        }
+        if (err == RILL_OK) {
+            err = prepare_write(s, it[i].n);
+        }
+        if (err != RILL_OK) {
+            pool_fail(p, err, "step item %d: %s", i, s->err);
+            break;
+        }
+        for (int32_t t = 0; t < it[i].n; t++) {
+            int32_t slot = s->n + t;
+            p->btok[T] =
+                (rill_batch_token_t){ .seq = i, .pos = slot, .slot = slot, .n_kv = slot + 1 };
+            p->bids[T++] = s->pend[s->pend_head + t];
+        }
+        p->bpt[i] = (rill_page_table_t){ s->pages, s->n_pages };
+        if (it[i].logits) {
+            p->brow[n_out++] = T - 1;
+        }
+    }
+    if (err == RILL_OK) {
+        rill_batch_t b = { .n_tok = T, .tok = p->btok, .n_seq = n_it, .seq = p->bpt };
+        err = rill_forward_eval(p->fw, p->kv, &b, p->bids, p->brow, n_out,
+                                n_out > 0 ? p->blogits : NULL);
+        if (err != RILL_OK) {
+            pool_fail(p, err, "forward pass: %s", rill_forward_last_error(p->fw));
+        }
+    }
+    if (err != RILL_OK) {
+        for (int32_t i = 0; i < n_it; i++) {
+            trim_pages(it[i].s);
+            it[i].s->logits_valid = false;
+        }
+        return err;
+    }
+    for (int32_t i = 0, o = 0; i < n_it; i++) {
+        rill_session_t *s = it[i].s;
+        memcpy(s->tokens + s->n, s->pend + s->pend_head, (size_t)it[i].n * sizeof *s->tokens);
+        s->n += it[i].n;
+        pend_pop(s, it[i].n);
+        s->logits_valid = it[i].logits;
+        if (it[i].logits) {
+            memcpy(s->logits, p->blogits + (size_t)o++ * p->n_vocab,
+                   (size_t)p->n_vocab * sizeof *s->logits);
+        }
+    }
+    return RILL_OK;
+}
+
+rill_err_t rill__session_drain(rill_session_t *s) {
+    while (s->n_pend > 0) {
+        int32_t m = rill_session_step_room(s);
+        rill_session_step_t it = { .s = s, .n = m, .logits = m == s->n_pend };
+        rill_err_t err = rill_session_step(s->pool, &it, 1);
+        if (err != RILL_OK) {
+            return rill__session_fail(s, err, "%s", s->pool->err);
+        }
+    }
+    return RILL_OK;
+}
+
+rill_err_t rill__session_take(rill_session_t *s, const int32_t *tokens, int32_t n, bool defer) {
+    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
+        return RILL_EINVAL;
+    }
+    if (n == 0) {
+        return RILL_OK;
+    }
+    rill_err_t err = check_tokens(s, tokens, n);
+    if (err == RILL_OK && !defer) {
+        err = plan(s, (int64_t)s->n_pend + n);
+    }
+    if (err == RILL_OK) {
+        err = pend_push(s, tokens, n);
+    }
+    if (err != RILL_OK || defer) {
+        return err;
+    }
+    int32_t before = s->n_pend - n, n0 = s->n;
+    err = rill__session_drain(s);
+    if (err != RILL_OK) {
+        /* keep the tokens queued before this call that were not evaluated; drop the new ones */
+        int32_t keep = before - (s->n - n0) > 0 ? before - (s->n - n0) : 0;
+        s->n_pend = keep < s->n_pend ? keep : s->n_pend;
+    }
+    return err;
+}
+
+rill_err_t rill__session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    return rill__session_take(s, tokens, n, false);
+}
+
+/* The public token input calls: checked before the record is written, so that a call refused
+ * for its arguments or the budget costs no write (and no fsync under FSYNC_ALWAYS). */
+static rill_err_t take_logged(rill_session_t *s, const int32_t *tokens, int32_t n, bool defer) {
+    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
+        return RILL_EINVAL;
+    }
+    if (n == 0) {
+        return RILL_OK;
+    }
+    rill_err_t err = check_tokens(s, tokens, n);
+    if (err == RILL_OK && !defer) {
+        err = plan(s, (int64_t)s->n_pend + n);
+    }
+    if (err == RILL_OK) {
+        err = rill__log_write(s, RILL__REC_TOKENS, tokens, (size_t)n * sizeof *tokens);
+        if (err == RILL_OK) {
+            err = rill__log_settle(s, rill__session_take(s, tokens, n, defer));
+        }
+    }
+    return err;
+}
+
+rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    return take_logged(s, tokens, n, false);
+}
+
+rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    return take_logged(s, tokens, n, true);
+}
+
+rill_err_t rill_session_adopt(rill_session_t *s, rill_session_t *branch) {
+    if (s == NULL || branch == NULL || s == branch || s->pool != branch->pool) {
+        return RILL_EINVAL;
+    }
+    rill_session_pool_t *p = s->pool;
+    if (branch->parent_uid != s->uid || branch->parent_seq != s->seq) {
+        return rill__session_fail(s, RILL_EINVAL,
+                                  "adopt: the branch was not forked from this session's "
+                                  "current state");
+    }
+    /* the tokens the branch added: the last n_new of its stream (still resident) */
+    int64_t n_new = branch->n_evicted + branch->n - (s->n_evicted + s->n);
+    if (branch->window_slots != s->window_slots || branch->sink_slots != s->sink_slots ||
+        n_new < 0 || n_new > branch->n || branch->n_pend > 0 || s->n_pend > 0 || s->text_len > 0 ||
+        branch->text_len > 0 ||
+        (branch->n_evicted == s->n_evicted &&
+         memcmp(branch->tokens, s->tokens, (size_t)s->n * sizeof *s->tokens) != 0)) {
+        return rill__session_fail(s, RILL_EUNSUPPORTED,
+                                  "adopt: the branch has another window, rolled back below the "
+                                  "fork, or holds queued tokens or text");
+    }
+    rill_err_t err = RILL_OK;
+    if (n_new > 0) {
+        err = rill__log_write(s, RILL__REC_TOKENS, branch->tokens + branch->n - n_new,
+                              (size_t)n_new * sizeof *s->tokens);
+        if (err != RILL_OK) {
+            return err;
+        }
+    }
+    for (int32_t i = 0; i < branch->n_pages; i++) {
+        p->refs[branch->pages[i]]++;
+    }
+    for (int32_t i = 0; i < s->n_pages; i++) {
+        rill__pool_release(p, s->pages[i]);
+    }
+    memcpy(s->pages, branch->pages, (size_t)branch->n_pages * sizeof *s->pages);
+    memcpy(s->tokens, branch->tokens, (size_t)branch->n * sizeof *s->tokens);
+    memcpy(s->logits, branch->logits, (size_t)p->n_vocab * sizeof *s->logits);
+    s->n_pages = branch->n_pages;
+    s->n = branch->n;
+    s->n_evicted = branch->n_evicted;
+    s->logits_valid = branch->logits_valid;
+    s->text_started = branch->text_started;
+    return n_new > 0 ? rill__log_settle(s, err) : err;
+}
+
+static rill_err_t fork_as(rill_session_t *src, rill_session_t **out, bool windowed) {
     if (out == NULL) {
         return RILL_EINVAL;
     }
@@ -404,7 +632,8 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     rill_session_pool_t *p = src->pool;
     rill_session_t *s = NULL;
     rill_err_t err =
-        rill__session_alloc(p, src->sink_slots, src->window_slots, src->evict_pages, &s);
+        rill__session_alloc(p, windowed ? src->sink_slots : 0, windowed ? src->window_slots : 0,
+                            windowed ? src->evict_pages : 0, &s);
     if (err != RILL_OK) {
         return rill__session_fail(src, err, "fork: out of memory");
     }
@@ -417,6 +646,12 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
         memcpy(s->text, src->text, src->text_len);
         s->text_len = s->text_cap = src->text_len;
     }
+    if (src->n_pend > 0 && pend_push(s, src->pend + src->pend_head, src->n_pend) != RILL_OK) {
+        rill_session_destroy(&s);
+        return rill__session_fail(src, RILL_ENOMEM, "fork: out of memory");
+    }
+    s->parent_uid = src->uid;
+    s->parent_seq = src->seq;
     s->text_started = src->text_started;
     memcpy(s->pages, src->pages, (size_t)src->n_pages * sizeof *s->pages);
     memcpy(s->tokens, src->tokens, (size_t)src->n * sizeof *s->tokens);
@@ -433,14 +668,31 @@ rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
     return RILL_OK;
 }
 
+rill_err_t rill_session_fork(rill_session_t *src, rill_session_t **out) {
+    return fork_as(src, out, true);
+}
+
+rill_err_t rill_session_fork_unwindowed(rill_session_t *src, rill_session_t **out) {
+    return fork_as(src, out, false);
+}
+
 static rill_err_t check_rollback(rill_session_t *s, int32_t pos) {
-    if (pos < 0 || pos > s->n) {
-        return rill__session_fail(s, RILL_EINVAL, "rollback to %d outside [0, %d]", pos, s->n);
+    if (pos < 0 || (int64_t)pos > (int64_t)s->n + s->n_pend) {
+        return rill__session_fail(s, RILL_EINVAL, "rollback to %d outside [0, %d]", pos,
+                                  s->n + s->n_pend);
     }
     return RILL_OK;
 }
 
 static void rollback_checked(rill_session_t *s, int32_t pos) {
+    if (pos >= s->n) { /* only queued tokens go */
+        s->n_pend = pos - s->n;
+        s->text_len = 0;
+        s->text_started = false;
+        return;
+    }
+    s->n_pend = 0;
+    s->pend_head = 0;
     s->n = pos;
     trim_pages(s);
     s->logits_valid = false;
@@ -453,7 +705,7 @@ rill_err_t rill__session_rollback(rill_session_t *s, int32_t pos) {
         return RILL_EINVAL;
     }
     rill_err_t err = check_rollback(s, pos);
-    if (err == RILL_OK && pos < s->n) {
+    if (err == RILL_OK && pos < s->n + s->n_pend) {
         rollback_checked(s, pos);
     }
     return err;
@@ -464,7 +716,7 @@ rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos) {
         return RILL_EINVAL;
     }
     rill_err_t err = check_rollback(s, pos);
-    if (err != RILL_OK || pos == s->n) {
+    if (err != RILL_OK || pos == s->n + s->n_pend) {
         return err;
     }
     err = rill__log_write(s, RILL__REC_ROLLBACK, &pos, sizeof pos);
@@ -592,6 +844,11 @@ void rill_session_stats(const rill_session_t *s, rill_session_stats_t *out) {
     out->bytes = (int64_t)s->n_pages * p->page_bytes * p->n_layer;
     out->n_sink_cfg = s->sink_slots;
     out->window_cfg = s->window_slots;
+    out->n_pending = s->n_pend;
+}
+
+rill_err_t rill_session_drain(rill_session_t *s) {
+    return s == NULL ? RILL_EINVAL : rill__session_drain(s);
 }
 
 const int32_t *rill_session_tokens(const rill_session_t *s, int32_t *n) {

@@ -31,6 +31,11 @@ struct rill_session_pool {
     int32_t max_table;           /* ceil(n_ctx / P): longest page table */
     int32_t *tmp_pages;          /* [max_table] */
     rill_batch_token_t *btok;    /* [max_batch] */
+    int32_t *bids;               /* [max_batch] token ids of a step */
+    rill_page_table_t *bpt;      /* [max_batch] page tables of a step */
+    int32_t *brow;               /* [RILL_SESSION_STEP_MAX_LOGITS] logits rows of a step */
+    float *blogits;              /* [RILL_SESSION_STEP_MAX_LOGITS * n_vocab] */
+    char err[256];               /* detail of the last rill_session_step() error */
     const rill_tokenizer_t *tok; /* borrowed, optional */
     rill_tokenizer_work_t *work; /* when tok */
     int32_t n_sessions;
@@ -49,6 +54,13 @@ struct rill_session {
     bool *shared;    /* [cap_pages] scratch of the page planner */
     int32_t n;       /* resident tokens == next position */
     int64_t n_evicted;
+    /* tokens taken (logged) but not evaluated yet, in order: pend[pend_head, pend_head + n_pend) */
+    int32_t *pend;
+    int32_t pend_head, n_pend, pend_cap;
+    /* the session this one was forked from (0: none) and its seq then (rill_session_adopt) */
+    uint64_t parent_uid;
+    int64_t parent_seq;
+    bool in_step;  /* set while rill_session_step() validates (duplicate check) */
     float *logits; /* [n_vocab] */
     bool logits_valid;
     /* text held back (text.c) */
@@ -86,10 +98,15 @@ rill_err_t rill__session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32
                                int32_t evict_pages, rill_session_t **out);
 
 /* The input operations without the log (replay uses them; the public functions are these plus
- * the log record). Same contracts as the public functions. */
+ * the log record). Same contracts as the public functions; with defer the tokens are queued
+ * (rill_session_feed) instead of evaluated. */
 rill_err_t rill__session_append(rill_session_t *s, const int32_t *tokens, int32_t n);
-rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t len);
-rill_err_t rill__session_flush_text(rill_session_t *s);
+rill_err_t rill__session_take(rill_session_t *s, const int32_t *tokens, int32_t n, bool defer);
+rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t len, bool defer);
+rill_err_t rill__session_flush_text(rill_session_t *s, bool defer);
+
+/* Evaluates every queued token (chunks of max_batch). Errors: as rill_session_step(). */
+rill_err_t rill__session_drain(rill_session_t *s);
 rill_err_t rill__session_rollback(rill_session_t *s, int32_t pos);
 
 /* ---- the ingest log (log.c) ------------------------------------------------------------------ */

@@ -86,6 +86,11 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
     if (path == NULL) {
         return rill__session_fail(s, RILL_EINVAL, "snapshot: no path");
     }
+    if (s->n_pend > 0) {
+        return rill__session_fail(s, RILL_EAGAIN,
+                                  "snapshot: %d queued token(s) not evaluated yet (drain first)",
+                                  s->n_pend);
+    }
     rill_session_pool_t *p = s->pool;
     if (s->log != NULL) {
         rill_err_t err = rill_session_sync_log(s);

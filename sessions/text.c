@@ -44,8 +44,8 @@ static size_t find_cut(const char *t, size_t len) {
 }
 
 /* Tokenizes seg[0, len) as a (continuation of a) text and appends the tokens. */
-static rill_err_t tokenize_append(rill_session_t *s, const char *seg, size_t len,
-                                  bool continuation) {
+static rill_err_t tokenize_append(rill_session_t *s, const char *seg, size_t len, bool continuation,
+                                  bool defer) {
     rill_session_pool_t *p = s->pool;
     const rill_tokenizer_special_t *sp = rill_tokenizer_special(p->tok);
     if (continuation && rill_tokenizer_kind(p->tok) == RILL_TOKENIZER_SPM && sp->add_space_prefix &&
@@ -76,10 +76,10 @@ static rill_err_t tokenize_append(rill_session_t *s, const char *seg, size_t len
     if (n < 0) {
         return rill__session_fail(s, (rill_err_t)n, "tokenizer: %s", rill_strerror((rill_err_t)n));
     }
-    return rill__session_append(s, s->tbuf, (int32_t)n);
+    return rill__session_take(s, s->tbuf, (int32_t)n, defer);
 }
 
-rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t len) {
+rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t len, bool defer) {
     if (s == NULL || (text == NULL && len > 0)) {
         return RILL_EINVAL;
     }
@@ -106,7 +106,7 @@ rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t
     size_t all = old + len;
     size_t cut = find_cut(s->text, all);
     if (cut > 0) {
-        rill_err_t err = tokenize_append(s, s->text, cut, s->text_started);
+        rill_err_t err = tokenize_append(s, s->text, cut, s->text_started, defer);
         if (err != RILL_OK) {
             return err; /* text_len unchanged: the new bytes are not taken */
         }
@@ -118,7 +118,7 @@ rill_err_t rill__session_append_text(rill_session_t *s, const char *text, size_t
     return RILL_OK;
 }
 
-rill_err_t rill__session_flush_text(rill_session_t *s) {
+rill_err_t rill__session_flush_text(rill_session_t *s, bool defer) {
     if (s == NULL) {
         return RILL_EINVAL;
     }
@@ -126,7 +126,7 @@ rill_err_t rill__session_flush_text(rill_session_t *s) {
         if (s->pool->tok == NULL) {
             return rill__session_fail(s, RILL_EUNSUPPORTED, "the pool has no tokenizer");
         }
-        rill_err_t err = tokenize_append(s, s->text, s->text_len, s->text_started);
+        rill_err_t err = tokenize_append(s, s->text, s->text_len, s->text_started, defer);
         if (err != RILL_OK) {
             return err;
         }
@@ -137,7 +137,7 @@ rill_err_t rill__session_flush_text(rill_session_t *s) {
 }
 
 /* The public calls: the record holds the raw text (log.c), written before the text is taken. */
-rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len) {
+static rill_err_t text_logged(rill_session_t *s, const char *text, size_t len, bool defer) {
     if (s == NULL || (text == NULL && len > 0)) {
         return RILL_EINVAL;
     }
@@ -149,12 +149,20 @@ rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t 
     }
     rill_err_t err = rill__log_write(s, RILL__REC_TEXT, text, len);
     if (err == RILL_OK) {
-        err = rill__log_settle(s, rill__session_append_text(s, text, len));
+        err = rill__log_settle(s, rill__session_append_text(s, text, len, defer));
     }
     return err;
 }
 
-rill_err_t rill_session_flush_text(rill_session_t *s) {
+rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len) {
+    return text_logged(s, text, len, false);
+}
+
+rill_err_t rill_session_feed_text(rill_session_t *s, const char *text, size_t len) {
+    return text_logged(s, text, len, true);
+}
+
+static rill_err_t flush_logged(rill_session_t *s, bool defer) {
     if (s == NULL) {
         return RILL_EINVAL;
     }
@@ -166,11 +174,19 @@ rill_err_t rill_session_flush_text(rill_session_t *s) {
     }
     rill_err_t err = rill__log_write(s, RILL__REC_FLUSH, NULL, 0);
     if (err == RILL_OK) {
-        err = rill__log_settle(s, rill__session_flush_text(s));
+        err = rill__log_settle(s, rill__session_flush_text(s, defer));
     }
     return err;
 }
 
 size_t rill_session_pending_text(const rill_session_t *s) {
     return s->text_len;
+}
+
+rill_err_t rill_session_flush_text(rill_session_t *s) {
+    return flush_logged(s, false);
+}
+
+rill_err_t rill_session_feed_flush(rill_session_t *s) {
+    return flush_logged(s, true);
 }

@@ -909,6 +909,157 @@ START_TEST(allocation_failures_leave_everything_as_it_was) {
 }
 END_TEST
 
+/* Deferred input: rill_session_step() evaluates queued tokens of several sessions in one pass
+ * with each session's own positions and pages (logits against the re-prefill oracle). */
+START_TEST(step_batches_sessions_like_lone_appends) {
+    rig_t g;
+    rig_open(&g, QWEN, 4096);
+    int32_t toks[3][90];
+    rill_session_t *s[3] = { NULL, NULL, NULL };
+    for (int i = 0; i < 3; i++) {
+        random_tokens(toks[i], 90, g.V);
+        ck_assert_int_eq(rill_session_new(g.pool, NULL, &s[i]), RILL_OK);
+    }
+    ck_assert_int_eq(rill_session_append(s[0], toks[0], 30), RILL_OK); /* resident already */
+    ck_assert_int_eq(rill_session_feed(s[0], toks[0] + 30, 60), RILL_OK);
+    ck_assert_int_eq(rill_session_feed(s[1], toks[1], 90), RILL_OK);
+    ck_assert_int_eq(rill_session_feed(s[2], toks[2], 5), RILL_OK);
+    ck_assert_int_eq(rill_session_pending(s[1]), 90);
+    rill_session_stats_t st;
+    rill_session_stats(s[1], &st);
+    ck_assert_int_eq(st.n_pending, 90);
+    ck_assert_int_eq(st.n_resident, 0);
+    ck_assert_int_eq(rill_session_seq(s[1]), 1); /* fed input is an input call */
+    /* arguments: twice the same session, too many tokens, more than max_batch in all */
+    rill_session_step_t bad[2] = { { s[0], 10, false }, { s[0], 10, false } };
+    ck_assert_int_eq(rill_session_step(g.pool, bad, 2), RILL_EINVAL);
+    bad[0].n = 61;
+    ck_assert_int_eq(rill_session_step(g.pool, bad, 1), RILL_EINVAL);
+    rill_session_step_t over[2] = { { s[0], 40, false }, { s[1], 40, false } };
+    ck_assert_int_eq(rill_session_step(g.pool, over, 2), RILL_ERANGE); /* 80 > 64 */
+    ck_assert_ptr_nonnull(strstr(rill_session_pool_last_error(g.pool), "max_batch"));
+    /* steps mixing the three until their queues are empty */
+    while (rill_session_pending(s[0]) + rill_session_pending(s[1]) + rill_session_pending(s[2]) >
+           0) {
+        rill_session_step_t it[3];
+        int n = 0, left = 64;
+        for (int i = 0; i < 3; i++) {
+            int m = rill_session_step_room(s[i]);
+            m = m < 20 ? m : 20;
+            m = m < left ? m : left;
+            if (m > 0) {
+                it[n++] = (rill_session_step_t){ s[i], m, m == rill_session_pending(s[i]) };
+                left -= m;
+            }
+        }
+        ck_assert_int_eq(rill_session_step(g.pool, it, n), RILL_OK);
+    }
+    float *want = malloc((size_t)g.V * sizeof *want);
+    int n_all[3] = { 90, 90, 5 };
+    for (int i = 0; i < 3; i++) {
+        ref_logits(&g, toks[i], n_all[i], want);
+        check_close(logits_of(s[i]), want, g.V, 1e-4, "stepped session");
+        int32_t n = 0;
+        const int32_t *t = rill_session_tokens(s[i], &n);
+        ck_assert_int_eq(n, n_all[i]);
+        ck_assert_mem_eq(t, toks[i], (size_t)n * 4);
+    }
+    free(want);
+    for (int i = 0; i < 3; i++) {
+        rill_session_destroy(&s[i]);
+    }
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    rig_close(&g);
+}
+END_TEST
+
+/* The queue under fork, rollback, snapshot and budget; adopt of a branch. */
+START_TEST(queue_fork_rollback_and_adopt) {
+    rig_t g;
+    rig_open(&g, QWEN, 4 * 16);
+    int32_t toks[100];
+    random_tokens(toks, 100, g.V);
+    rill_session_t *s = NULL, *f = NULL;
+    ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, toks, 20), RILL_OK);
+    ck_assert_int_eq(rill_session_feed(s, toks + 20, 10), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(s, "/nonexistent/x"), RILL_EAGAIN);
+    /* the fork copies the queue */
+    ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
+    ck_assert_int_eq(rill_session_pending(f), 10);
+    /* rollback into the queue keeps the resident part and cuts the queue */
+    ck_assert_int_eq(rill_session_rollback(f, 31), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_rollback(f, 25), RILL_OK);
+    ck_assert_int_eq(rill_session_pending(f), 5);
+    rill_session_stats_t st;
+    rill_session_stats(f, &st);
+    ck_assert_int_eq(st.n_resident, 20);
+    ck_assert_int_eq(rill_session_rollback(f, 10), RILL_OK);
+    ck_assert_int_eq(rill_session_pending(f), 0);
+    rill_session_destroy(&f);
+    /* a queue beyond the budget: the step says RILL_EFULL and changes nothing */
+    ck_assert_int_eq(rill_session_feed(s, toks + 30, 50), RILL_OK); /* 80 tokens: 5 pages */
+    rill_session_step_t it = { s, 60, false };
+    ck_assert_int_eq(rill_session_step(g.pool, &it, 1), RILL_EFULL);
+    ck_assert_int_eq(rill_session_pending(s), 60);
+    ck_assert_int_eq(rill_session_drain(s), RILL_EFULL);
+    ck_assert_int_eq(rill_session_rollback(s, 60), RILL_OK); /* 20 resident + 40 queued */
+    ck_assert_int_eq(rill_session_drain(s), RILL_OK);
+    rill_session_stats(s, &st);
+    ck_assert_int_eq(st.n_resident, 60);
+    /* adopt: a branch's appended tokens become s's, pages shared, not copied */
+    ck_assert_int_eq(rill_session_rollback(s, 40), RILL_OK); /* 3 pages: one left to copy */
+    ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
+    ck_assert_int_eq(rill_session_append(f, toks + 40, 3), RILL_OK);
+    int64_t seq = rill_session_seq(s);
+    ck_assert_int_eq(rill_session_adopt(s, f), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(s), seq + 1);
+    int32_t n = 0, nf = 0;
+    const int32_t *pf = rill_session_pages(f, &nf);
+    const int32_t *ps = rill_session_pages(s, &n);
+    ck_assert_int_eq(n, nf);
+    ck_assert_mem_eq(ps, pf, (size_t)n * 4);
+    float *want = malloc((size_t)g.V * sizeof *want);
+    ref_logits(&g, toks, 43, want);
+    check_close(logits_of(s), want, g.V, 1e-4, "adopted");
+    /* s changed since: the branch cannot be adopted again */
+    ck_assert_int_eq(rill_session_adopt(s, f), RILL_EINVAL);
+    rill_session_destroy(&f);
+    free(want);
+    rill_session_destroy(&s);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(unwindowed_fork_does_not_evict) {
+    rig_t g;
+    rig_open(&g, QWEN, 4096);
+    int32_t toks[120];
+    random_tokens(toks, 120, g.V);
+    rill_session_params_t sp = rill_session_default_params();
+    sp.n_sink = 16;
+    sp.window = 64;
+    rill_session_t *s = NULL, *f = NULL;
+    ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, toks, 80), RILL_OK); /* the window is full */
+    ck_assert_int_eq(rill_session_fork_unwindowed(s, &f), RILL_OK);
+    int free0 = rill_session_pool_n_free(g.pool);
+    ck_assert_int_eq(rill_session_append(f, toks + 80, 40), RILL_OK);
+    rill_session_stats_t st;
+    rill_session_stats(f, &st);
+    ck_assert_int_eq(st.n_evicted, 0);
+    ck_assert_int_eq(st.n_resident, 120);
+    ck_assert_int_eq(free0 - rill_session_pool_n_free(g.pool), 3); /* new pages only */
+    float *want = malloc((size_t)g.V * sizeof *want);
+    ref_logits(&g, toks, 120, want);
+    check_close(logits_of(f), want, g.V, 1e-4, "unwindowed fork");
+    free(want);
+    rill_session_destroy(&f);
+    rill_session_destroy(&s);
+    rig_close(&g);
+}
+END_TEST
+
 static bool have_tiny_models(void) {
     char path[1200];
     snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
@@ -942,6 +1093,9 @@ int main(void) {
     tcase_add_test(tc, text_chunks_equal_whole_text_spm);
     tcase_add_test(tc, arguments_are_checked);
     tcase_add_test(tc, allocation_failures_leave_everything_as_it_was);
+    tcase_add_test(tc, step_batches_sessions_like_lone_appends);
+    tcase_add_test(tc, queue_fork_rollback_and_adopt);
+    tcase_add_test(tc, unwindowed_fork_does_not_evict);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -1,0 +1,321 @@
+/*
+ * rill_scheduler.h - many sessions on one engine: the step loop (DESIGN.md section 5).
+ *
+ * A rill_sched_t owns one session pool (and through it one forward pass and backend) and runs
+ * one engine thread. Every step the engine builds one batch from the work of all sessions -
+ * answer tokens being decoded, questions being prefilled, ingested data, standing-query
+ * refreshes, speculative replies - and evaluates it with one rill_session_step() (one forward
+ * pass). Other threads talk to it through the calls below; the engine alone touches sessions.
+ *
+ * Work classes, highest first (rill_sched_class_t). A step takes the highest classes first;
+ * lower ones only fill the token budget the higher leave, so a lower class is preempted at the
+ * next step boundary whenever higher work arrives:
+ *   DECODE    one token per answer being decoded (questions, turns, committed speculation)
+ *   PREFILL   question tokens (and a session's queued data a question waits for)
+ *   INGEST    data fed to sessions (rill_sched_ingest*), shared system prompts
+ *   STANDING  refreshes of standing queries
+ *   SPEC      speculative replies (endpoint anticipation)
+ *
+ * Step size (adaptive chunked prefill). The engine measures the time per token of its steps
+ * (an exponential average) and caps a step at max_delay_ns worth of tokens (never below
+ * min_chunk, never above step_tokens), so a question that arrives while a step runs waits at
+ * most about max_delay_ns for the engine to take it.
+ *
+ * Cell-budget admission. A session reserves the pages its window can occupy
+ * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
+ * reservations never exceed the pool's pages less overflow_pages, and creation beyond that
+ * fails with RILL_EFULL and the numbers. Forks - questions, standing refreshes, speculative
+ * branches - use the rest. When a step finds the pool exhausted, the engine reclaims forks,
+ * lowest class first (speculation, then standing refreshes, which are retried later), and only
+ * then fails a question with RILL_EFULL; a session's own data always fits its reservation, so
+ * exhaustion never fails or corrupts ingest.
+ *
+ * Shared prefixes. Sessions created with the same system prompt and window policy share the
+ * prompt's pages: the first such creation evaluates the prompt once in a template session (at
+ * INGEST class) and every session is a fork of it (copy-on-write). The template lives while
+ * any of its sessions does and counts against the reservations with its own pages.
+ *
+ * Data version. A session's version is rill_session_seq(): it grows with every input call
+ * (ingest, a committed turn). Answers carry the version they saw.
+ *
+ * Questions see every acknowledged input: a question on a session with queued data waits for
+ * that data (which is raised to PREFILL class meanwhile), then runs on a fork at the session's
+ * current state; the session itself is never changed by a question. Held-back text (the
+ * unstable tail of text input, see rill_session_append_text) is not part of it until flushed.
+ *
+ * Standing queries. After a session's version changes, each of its standing queries is marked
+ * stale; when a step has budget left after the higher classes, the engine starts a refresh on
+ * a fork (one per query at a time; refreshes coalesce: only the newest version is computed).
+ * If newer data arrives while the refresh is still prefilling, it is abandoned (counted) and
+ * restarted later; once it decodes its answer it finishes (so a stream that never pauses still
+ * gets answers) and the next refresh follows. The answer is cached with its version, compute
+ * time and finish time, and delivered to the query's on_done. rill_sched_ask() with the same
+ * question tokens while the version still matches answers from the cache without touching the
+ * model (answer.cached).
+ *
+ * Speculation. rill_sched_spec_start() guesses the rest of a speaker's input: the engine forks
+ * the session, feeds the guessed input and decodes a reply at SPEC class, holding the reply
+ * tokens back. rill_sched_spec_commit() gives the real input: if it equals the guess, the held
+ * tokens are delivered and decoding continues at DECODE class; otherwise the branch is rolled
+ * back to the longest common prefix of guess and input (the reply goes too), the rest of the
+ * input is fed and the reply is decoded anew. At the end the session adopts the branch (input
+ * and reply become its own input, logged: rill_session_adopt), exactly what rill_sched_turn()
+ * does without speculation, so a session that speculated ends with the tokens of one that did
+ * not. Counters: tokens computed on branches, kept by commits, wasted (rolled back, cancelled).
+ *
+ * Callbacks (on_token, on_done) run on the engine thread, in order per request; they must
+ * return quickly and must not call the blocking functions below (they may call the
+ * non-blocking ones: rill_sched_cancel, rill_sched_ask, rill_sched_spec_commit, ...). Pointers
+ * they receive are borrowed for the call.
+ *
+ * Thread safety: every function may be called from any thread, concurrently; blocking calls
+ * wait for the engine to carry them out between two steps (at most about one step).
+ * Greedy decoding only (arg-max, lowest id on ties).
+ */
+#ifndef RILL_SCHEDULER_H
+#define RILL_SCHEDULER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_err.h"
+#include "rill_session.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_sched rill_sched_t;
+typedef uint64_t rill_sched_sid_t; /* a session, never 0 */
+typedef uint64_t rill_sched_rid_t; /* a request (question, turn, standing query, speculation),
+                                      never 0; unique for the scheduler's lifetime */
+
+typedef enum rill_sched_class {
+    RILL_SCHED_DECODE = 0,
+    RILL_SCHED_PREFILL = 1,
+    RILL_SCHED_INGEST = 2,
+    RILL_SCHED_STANDING = 3,
+    RILL_SCHED_SPEC = 4,
+    RILL_SCHED_N_CLASSES = 5
+} rill_sched_class_t;
+
+/* Name of a class ("decode", "prefill", "ingest", "standing", "spec"). */
+const char *rill_sched_class_name(rill_sched_class_t c);
+
+typedef struct rill_sched_params {
+    int32_t step_tokens;    /* most tokens per step; 0 (default): the pool's max_batch */
+    int32_t min_chunk;      /* fewest tokens the adaptive cap allows per step; default 16 */
+    int64_t max_delay_ns;   /* target step time bounding a waiting question's delay; default
+                               50 ms; 0: no cap (steps of step_tokens) */
+    int32_t overflow_pages; /* pages sessions may not reserve (forks use them); -1 (default):
+                               an eighth of the pool, at least 2 * ceil(step_tokens / P) */
+    int32_t max_sessions;   /* default 1024 */
+} rill_sched_params_t;
+
+/* Defaults as documented per field. */
+rill_sched_params_t rill_sched_default_params(void);
+
+/* Creates a scheduler over pool (borrowed: it must outlive the scheduler and have no
+ * sessions; from now on only the engine thread uses it, its forward and its backend) and
+ * starts the engine thread. params NULL: the defaults. Errors: RILL_EINVAL (NULL, a field out
+ * of range, overflow_pages >= the pool's pages), RILL_ENOMEM, RILL_EINTERNAL (the thread could
+ * not start). Caller owns *out; destroy with rill_sched_destroy(). */
+rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
+                          rill_sched_t **out);
+
+/* Stops the engine: every open request ends with RILL_ECANCELED (on_done is called), every
+ * session is destroyed (their logs synced and closed), then frees the scheduler and sets
+ * *sp = NULL. NULL-safe. Must not be called from a callback. */
+void rill_sched_destroy(rill_sched_t **sp);
+
+/* ---- sessions ---------------------------------------------------------------------------- */
+
+typedef struct rill_sched_session_params {
+    rill_session_params_t session; /* window policy and optional system prompt (shared with
+                                      sessions created with the same prompt and policy) */
+    const char *log_path;          /* optional ingest log (rill_session_open_log: must not
+                                      exist); with a shared prompt a snapshot of the start
+                                      state is also written to log_path + ".base" so that
+                                      rill_sched_session_restore() can rebuild it */
+    rill_session_fsync_t fsync;    /* policy of the log */
+} rill_sched_session_params_t;
+
+/* Defaults: rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC. */
+rill_sched_session_params_t rill_sched_session_default_params(void);
+
+/* Creates a session and returns once it is ready (its shared prompt evaluated). Errors:
+ * RILL_EINVAL (NULL, bad params), RILL_EFULL (its reservation does not fit: the message
+ * gives pages needed, reserved and budget; or max_sessions reached), RILL_ENOMEM, log and
+ * forward errors. On error nothing is left. err (optional) receives a message. */
+rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session_params_t *params,
+                                     rill_sched_sid_t *out, char *err, size_t errlen);
+
+/* Rebuilds a session from a snapshot and/or its log (rill_session_restore, replay done by the
+ * engine before it returns), reserving its window like creation. Errors: those of
+ * rill_session_restore() and of creation. */
+rill_err_t rill_sched_session_restore(rill_sched_t *sch, const char *snapshot_path,
+                                      const char *log_path, rill_session_fsync_t fsync,
+                                      rill_sched_sid_t *out, char *err, size_t errlen);
+
+/* Closes a session: its open requests end with RILL_ECANCELED, its log is synced and closed,
+ * its reservation is released. Errors: RILL_ENOTFOUND. Blocks. */
+rill_err_t rill_sched_session_close(rill_sched_t *sch, rill_sched_sid_t sid);
+
+typedef struct rill_sched_session_info {
+    rill_session_stats_t st; /* rill_session_stats() of the session */
+    int64_t version;         /* rill_session_seq() */
+    int32_t reserved_pages;
+    int32_t n_requests; /* open questions, turns and speculations on it */
+    int32_t n_standing; /* registered standing queries */
+    size_t held_text;   /* bytes of held-back text */
+} rill_sched_session_info_t;
+
+/* Fills *out. Errors: RILL_ENOTFOUND. Blocks. */
+rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
+                                   rill_sched_session_info_t *out);
+
+/* Evaluates the session's queued data, then snapshots it (rill_session_snapshot). Errors:
+ * RILL_ENOTFOUND and those of the snapshot. Blocks (the engine does the evaluation in one go). */
+rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path,
+                                       char *err, size_t errlen);
+
+/* Copies the session's resident token ids (rill_session_tokens) into out[0, cap); returns how
+ * many there are (may exceed cap) or a negative rill_err_t (RILL_ENOTFOUND). Blocks. */
+int64_t rill_sched_session_tokens(rill_sched_t *sch, rill_sched_sid_t sid, int32_t *out,
+                                  int64_t cap);
+
+/* Fills ids[0, cap) with the open sessions' ids in creation order; returns how many there are
+ * (may exceed cap), or a negative rill_err_t. Blocks. */
+int64_t rill_sched_session_list(rill_sched_t *sch, rill_sched_sid_t *ids, int64_t cap);
+
+/* ---- data -------------------------------------------------------------------------------- */
+
+/* Feeds tokens (or text, tokenized with the pool's tokenizer and held back at an unstable end;
+ * flush ends the text so nothing is held) to a session: returns once the input is checked,
+ * logged (acknowledged: a crash after the return loses none of it) and queued; the engine
+ * evaluates it at INGEST class. Errors: RILL_ENOTFOUND, those of rill_session_feed*() (nothing
+ * taken). Blocks. */
+rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,
+                             int32_t n);
+rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const char *text,
+                                  size_t len, bool flush);
+
+/* ---- questions, turns, standing queries, speculation -------------------------------------- */
+
+typedef struct rill_sched_answer {
+    rill_err_t status;     /* RILL_OK, RILL_ECANCELED, RILL_EFULL, ... */
+    const char *message;   /* detail when status != RILL_OK (borrowed) */
+    const int32_t *tokens; /* the answer (borrowed for the callback) */
+    int32_t n_tokens;
+    int64_t version;    /* data version the answer saw */
+    int32_t n_context;  /* tokens resident in the session when it was answered */
+    bool cached;        /* served from a standing query's cache */
+    bool adopted;       /* turn / speculation: the session took input and reply */
+    int64_t submit_ns;  /* rill_now_ns() of the submission */
+    int64_t ttft_ns;    /* submission to first answer token */
+    int64_t total_ns;   /* submission to completion */
+    int64_t compute_ns; /* engine time of the steps it took part in */
+    int64_t done_ns;    /* rill_now_ns() at completion (answer age = now - done_ns) */
+} rill_sched_answer_t;
+
+typedef void (*rill_sched_token_fn)(void *user, rill_sched_rid_t rid, int32_t token);
+typedef void (*rill_sched_done_fn)(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a);
+
+typedef struct rill_sched_ask {
+    const int32_t *question;      /* copied by the call */
+    int32_t n_question;           /* >= 1 */
+    int32_t n_max;                /* most answer tokens (>= 1) */
+    bool stop_at_eog;             /* stop after an end-of-generation token (pool tokenizer) */
+    rill_sched_token_fn on_token; /* optional, each answer token as it is decoded */
+    rill_sched_done_fn on_done;   /* optional; exactly once per question (per refresh for a
+                                     standing query) */
+    void *user;
+} rill_sched_ask_t;
+
+/* Asks a question on a session (it is not changed). Returns at once with *rid; the answer
+ * streams through on_token and ends with on_done. Errors: RILL_EINVAL, RILL_ENOTFOUND (no such
+ * session, checked by the engine: then on_done reports it), RILL_ENOMEM. */
+rill_err_t rill_sched_ask(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,
+                          rill_sched_rid_t *rid);
+
+/* A conversational turn: feeds input (logged) and decodes a reply that becomes part of the
+ * session (answer.adopted; not when other input reached the session meanwhile). As
+ * rill_sched_ask() otherwise; q->question is the input. */
+rill_err_t rill_sched_turn(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,
+                           rill_sched_rid_t *rid);
+
+/* Ends a request: on_done with RILL_ECANCELED unless it already finished (then nothing
+ * happens). Standing queries: see unregister. Never blocks. Errors: RILL_ENOTFOUND (an id
+ * never issued). */
+rill_err_t rill_sched_cancel(rill_sched_t *sch, rill_sched_rid_t rid);
+
+/* Registers a standing query (q as for rill_sched_ask; on_done is called with each refreshed
+ * answer). The first refresh is scheduled at once. Errors: as rill_sched_ask(). */
+rill_err_t rill_sched_standing_register(rill_sched_t *sch, rill_sched_sid_t sid,
+                                        const rill_sched_ask_t *q, rill_sched_rid_t *qid);
+
+/* Unregisters it; a refresh in flight is dropped without a callback. Errors: RILL_ENOTFOUND.
+ * Blocks (no callback of it runs after the return). */
+rill_err_t rill_sched_standing_unregister(rill_sched_t *sch, rill_sched_rid_t qid);
+
+typedef struct rill_sched_standing_info {
+    rill_sched_rid_t qid;
+    int64_t version;    /* version of the cached answer (-1: none yet) */
+    int64_t done_ns;    /* when it was computed (0: none) */
+    int64_t compute_ns; /* engine time of that refresh */
+    int64_t refreshes;  /* completed refreshes */
+    int64_t abandoned;  /* refreshes abandoned for newer data or reclaimed */
+    int64_t cache_hits; /* questions answered from the cache */
+    bool in_flight;
+} rill_sched_standing_info_t;
+
+/* Fills out[0, cap) with the session's standing queries in registration order; returns how
+ * many there are (may exceed cap) or a negative rill_err_t (RILL_ENOTFOUND). Blocks. */
+int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
+                                 rill_sched_standing_info_t *out, int64_t cap);
+
+/* Starts speculating: guess is the expected rest of the input, reply decodes the answer (its
+ * question field is ignored; on_token sees nothing until a commit). Returns at once. Errors:
+ * as rill_sched_ask() (guess in reply->question is not used: pass the guess here). */
+rill_err_t rill_sched_spec_start(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *guess,
+                                 int32_t n_guess, const rill_sched_ask_t *reply,
+                                 rill_sched_rid_t *spec);
+
+/* The real input arrived (see the top): keeps the speculation's work that still matches and
+ * finishes the reply at DECODE class. Copies input. Never blocks. Errors: RILL_EINVAL,
+ * RILL_ENOTFOUND (no such speculation, or already committed or finished). */
+rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, const int32_t *input,
+                                  int32_t n_input);
+
+/* ---- engine statistics --------------------------------------------------------------------- */
+
+typedef struct rill_sched_stats {
+    int64_t steps;
+    int64_t tokens[RILL_SCHED_N_CLASSES]; /* tokens evaluated per class */
+    int64_t busy_ns;                      /* time in steps */
+    int64_t idle_ns;                      /* time waiting for work */
+    double ns_per_token;                  /* the adaptive estimate now */
+    int32_t chunk_cap;                    /* the step cap it gives now */
+    int32_t n_sessions;
+    int32_t reserved_pages, overflow_pages, free_pages, total_pages;
+    int64_t admission_rejects; /* creations refused with RILL_EFULL */
+    int64_t reclaimed;         /* forks reclaimed at exhaustion */
+    int64_t questions, questions_failed;
+    int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
+    int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */
+    int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
+    int64_t prefix_shared_pages; /* pages forks of shared prompts did not have to compute */
+} rill_sched_stats_t;
+
+/* Fills *out (a consistent copy taken between steps). Blocks. */
+void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out);
+
+/* Blocks until the engine has no work left (every queue empty, no request open, standing
+ * queries fresh) or timeout_ns passes. RILL_OK or RILL_ETIMEDOUT. For tests and benchmarks. */
+rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_SCHEDULER_H */

@@ -1,0 +1,7 @@
+# Tests of the scheduler (engine step loop). Needs the tiny test models; skips without.
+# test_scheduler_stress (16 sessions, 4 client threads, the same binary with --stress) is
+# labelled concurrency, so scripts/test.sh also runs it under ThreadSanitizer.
+rill_test(test_scheduler SOURCES test_scheduler.c LIBS rill_scheduler LABELS unit TIMEOUT 600)
+add_test(NAME test_scheduler_stress COMMAND test_scheduler --stress)
+set_tests_properties(test_scheduler_stress PROPERTIES TIMEOUT 900 LABELS "unit;concurrency"
+                     ENVIRONMENT "CK_FORK=no" SKIP_RETURN_CODE 77)

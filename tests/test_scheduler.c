@@ -1,0 +1,944 @@
+/*
+ * test_scheduler.c - the engine step loop: answers against direct session calls, priorities and
+ * preemption, admission and exhaustion, standing queries (cache, coalescing, abandonment),
+ * speculation (hit, rollback), cancellation, shared prompts, snapshot/restore, and a
+ * multi-threaded stress test whose sessions are checked against per-session records.
+ *
+ * The oracle for answers is the sessions module driven directly (rill_session_append +
+ * rill_session_query on a second backend): greedy answers of the tiny random models have no
+ * near-ties, so the tokens must match although the scheduler batches differently. Model: the
+ * tiny qwen2 F32 file of tests/data/models (skipped without it: exit 77).
+ */
+#include <check.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rill_core.h"
+#include "rill_forward.h"
+#include "rill_model.h"
+#include "rill_scheduler.h"
+#include "rill_session.h"
+#include "rill_tokenizer.h"
+
+#define QWEN "rill-tiny-qwen2-F32.gguf"
+#define SEC  1000000000LL
+
+static char g_src[1024];
+
+/* One model; an engine (backend, forward, pool, scheduler) and a reference pool. */
+typedef struct rig {
+    rill_model_t *model;
+    rill_tokenizer_t *tok;
+    rill_backend_t *be, *rbe;
+    rill_forward_t *fw, *rfw;
+    rill_session_pool_t *pool, *rpool;
+    rill_sched_t *sch;
+    int32_t V;
+} rig_t;
+
+static void rig_open_ex(rig_t *g, int64_t cells, const rill_sched_params_t *sp) {
+    memset(g, 0, sizeof *g);
+    char path[1200], msg[256] = "";
+    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
+    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
+                     RILL_OK);
+    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
+                     RILL_OK);
+    rill_backend_params_t bp = rill_backend_default_params();
+    bp.n_threads = 1;
+    bp.max_batch = 64;
+    ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
+    ck_assert_int_eq(rill_backend_new(&bp, &g->rbe), RILL_OK);
+    rill_forward_params_t fp = rill_forward_default_params();
+    fp.max_batch = 64;
+    ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
+    ck_assert_int_eq(rill_forward_new(g->model, g->rbe, &fp, &g->rfw), RILL_OK);
+    rill_session_pool_params_t pp = rill_session_pool_default_params();
+    pp.n_cells = cells;
+    pp.kv_type = RILL_DTYPE_F32;
+    pp.tokenizer = g->tok;
+    ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
+    pp.n_cells = 8192;
+    ck_assert_int_eq(rill_session_pool_new(g->rfw, &pp, &g->rpool), RILL_OK);
+    ck_assert_int_eq(rill_sched_new(g->pool, sp, &g->sch), RILL_OK);
+    g->V = rill_model_hparams(g->model)->n_vocab;
+}
+
+static void rig_open(rig_t *g) {
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    rig_open_ex(g, 8192, &sp);
+}
+
+static void rig_close(rig_t *g) {
+    rill_sched_destroy(&g->sch);
+    ck_assert_ptr_null(g->sch);
+    rill_session_pool_destroy(&g->pool);
+    rill_session_pool_destroy(&g->rpool);
+    rill_forward_destroy(&g->fw);
+    rill_forward_destroy(&g->rfw);
+    rill_backend_destroy(&g->be);
+    rill_backend_destroy(&g->rbe);
+    rill_tokenizer_destroy(&g->tok);
+    rill_model_destroy(&g->model);
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+
+static void random_tokens(int32_t *t, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        t[i] = (int32_t)(rnd() % (uint32_t)V);
+    }
+}
+
+/* ---- a request's outcome, filled by the callbacks ------------------------------------------ */
+
+#define MAXA 256
+
+typedef struct outcome {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n_done; /* on_done calls */
+    rill_sched_answer_t a;
+    int32_t tokens[MAXA]; /* from on_done */
+    int32_t streamed[MAXA];
+    int n_streamed;
+} outcome_t;
+
+static void outcome_init(outcome_t *o) {
+    memset(o, 0, sizeof *o);
+    pthread_mutex_init(&o->mu, NULL);
+    pthread_cond_init(&o->cv, NULL);
+}
+
+static void outcome_deinit(outcome_t *o) {
+    pthread_mutex_destroy(&o->mu);
+    pthread_cond_destroy(&o->cv);
+}
+
+static void on_token(void *user, rill_sched_rid_t rid, int32_t tok) {
+    (void)rid;
+    outcome_t *o = user;
+    pthread_mutex_lock(&o->mu);
+    if (o->n_streamed < MAXA) {
+        o->streamed[o->n_streamed++] = tok;
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+static void on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
+    (void)rid;
+    outcome_t *o = user;
+    pthread_mutex_lock(&o->mu);
+    o->a = *a;
+    o->a.tokens = NULL;
+    o->a.message = NULL;
+    if (a->n_tokens > 0) {
+        memcpy(o->tokens, a->tokens, (size_t)(a->n_tokens < MAXA ? a->n_tokens : MAXA) * 4);
+    }
+    o->n_done++;
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
+/* Waits until on_done has been called n times. */
+static void wait_done(outcome_t *o, int n) {
+    pthread_mutex_lock(&o->mu);
+    while (o->n_done < n) {
+        pthread_cond_wait(&o->cv, &o->mu);
+    }
+    pthread_mutex_unlock(&o->mu);
+}
+
+static rill_sched_ask_t ask_of(const int32_t *q, int n_q, int n_max, outcome_t *o) {
+    return (rill_sched_ask_t){ .question = q,
+                               .n_question = n_q,
+                               .n_max = n_max,
+                               .on_token = on_token,
+                               .on_done = on_done,
+                               .user = o };
+}
+
+static rill_sched_sid_t new_session(rig_t *g, int32_t sinks, int32_t window) {
+    rill_sched_session_params_t sp = rill_sched_session_default_params();
+    sp.session.n_sink = sinks;
+    sp.session.window = window;
+    rill_sched_sid_t sid = 0;
+    char msg[300];
+    rill_err_t err = rill_sched_session_create(g->sch, &sp, &sid, msg, sizeof msg);
+    ck_assert_msg(err == RILL_OK, "create: %s %s", rill_err_name(err), msg);
+    ck_assert_uint_ne(sid, 0);
+    return sid;
+}
+
+/* The direct answer: a reference session holding tokens[0, n), queried. */
+static int direct_answer(rig_t *g, const int32_t *tokens, int n, const int32_t *q, int n_q,
+                         int n_max, int32_t *out) {
+    rill_session_t *s = NULL;
+    ck_assert_int_eq(rill_session_new(g->rpool, NULL, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, tokens, n), RILL_OK);
+    rill_session_gen_t gen = { .n_max = n_max, .out = out };
+    ck_assert_int_eq(rill_session_query(s, q, n_q, &gen), RILL_OK);
+    rill_session_destroy(&s);
+    return gen.n_out;
+}
+
+static void idle(rig_t *g) {
+    ck_assert_int_eq(rill_sched_wait_idle(g->sch, 60 * SEC), RILL_OK);
+}
+
+/* ---- tests ----------------------------------------------------------------------------------- */
+
+START_TEST(ask_matches_direct_query) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[157], q[12], want[8];
+    random_tokens(data, 157, g.V);
+    random_tokens(q, 12, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 50, 30), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 80, 77), RILL_OK);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, 12, 8, &o);
+    rill_sched_rid_t rid = 0;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    ck_assert_uint_ne(rid, 0);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    ck_assert_int_eq(o.a.version, 3);     /* all three ingests seen */
+    ck_assert_int_eq(o.a.n_context, 157); /* the question waited for the queued data */
+    ck_assert_int_eq(o.a.n_tokens, 8);
+    ck_assert_int_eq(o.n_streamed, 8);
+    ck_assert_mem_eq(o.streamed, o.tokens, 8 * sizeof(int32_t));
+    ck_assert(o.a.ttft_ns > 0 && o.a.ttft_ns <= o.a.total_ns);
+    int n = direct_answer(&g, data, 157, q, 12, 8, want);
+    ck_assert_int_eq(n, 8);
+    ck_assert_mem_eq(o.tokens, want, 8 * sizeof(int32_t));
+    /* the session holds the data only */
+    int32_t got[200];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 200), 157);
+    ck_assert_mem_eq(got, data, 157 * sizeof(int32_t));
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 3);
+    ck_assert_int_eq(info.st.n_pending, 0);
+    ck_assert_int_eq(info.n_requests, 0);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(text_ingest_matches_whole_text) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    const char *text = "AAPL 187.32 +0.05 200 B\nMSFT 402.10 -0.40 50 S\nNVDA 950.00 +1.25 10 B\n";
+    size_t len = strlen(text);
+    for (size_t i = 0; i < len; i += 7) {
+        size_t m = len - i < 7 ? len - i : 7;
+        ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, text + i, m, i + m == len), RILL_OK);
+    }
+    idle(&g);
+    rill_session_t *s = NULL;
+    ck_assert_int_eq(rill_session_new(g.rpool, NULL, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, text, len), RILL_OK);
+    ck_assert_int_eq(rill_session_flush_text(s), RILL_OK);
+    int32_t n_want = 0;
+    const int32_t *want = rill_session_tokens(s, &n_want);
+    int32_t got[256];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 256), n_want);
+    ck_assert_mem_eq(got, want, (size_t)n_want * sizeof *want);
+    rill_session_destroy(&s);
+    rig_close(&g);
+}
+END_TEST
+
+/* A question on an idle session is answered while other sessions still have data queued. */
+START_TEST(questions_preempt_ingest) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 16;
+    sp.min_chunk = 16;
+    sp.max_delay_ns = 0;
+    rig_open_ex(&g, 16384, &sp);
+    rill_sched_sid_t s0 = new_session(&g, 0, 0), other[3];
+    int32_t data[1500], q[6];
+    random_tokens(data, 1500, g.V);
+    random_tokens(q, 6, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, s0, data, 20), RILL_OK);
+    idle(&g);
+    for (int i = 0; i < 3; i++) {
+        other[i] = new_session(&g, 16, 224); /* the tiny model's context is 256 */
+        ck_assert_int_eq(rill_sched_ingest(g.sch, other[i], data, 1500), RILL_OK);
+    }
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, 6, 3, &o);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    int64_t queued = 0;
+    for (int i = 0; i < 3; i++) {
+        rill_sched_session_info_t info;
+        ck_assert_int_eq(rill_sched_session_info(g.sch, other[i], &info), RILL_OK);
+        queued += info.st.n_pending;
+    }
+    ck_assert_msg(queued > 1000, "only %lld tokens still queued: the question waited for ingest",
+                  (long long)queued);
+    idle(&g);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 20 + 3 * 1500);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_PREFILL], 6);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_DECODE], 2); /* the 3rd answer token is not evaluated */
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(admission_reserves_windows) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    sp.overflow_pages = 8;
+    rig_open_ex(&g, 64 * 16, &sp); /* 64 pages: 56 reservable */
+    rill_sched_sid_t ids[3];
+    for (int i = 0; i < 3; i++) {
+        ids[i] = new_session(&g, 16, 224); /* 1 + 14 = 15 pages each */
+    }
+    rill_sched_session_params_t p = rill_sched_session_default_params();
+    p.session.n_sink = 16;
+    p.session.window = 224;
+    rill_sched_sid_t sid = 0;
+    char msg[300] = "";
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_EFULL);
+    ck_assert_uint_eq(sid, 0);
+    ck_assert_msg(strstr(msg, "15 page") != NULL && strstr(msg, "45 of 56") != NULL, "msg: %s",
+                  msg);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.admission_rejects, 1);
+    ck_assert_int_eq(st.reserved_pages, 45);
+    /* the sessions can fill their windows however full the pool is */
+    int32_t data[1000];
+    random_tokens(data, 1000, g.V);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_ingest(g.sch, ids[i], data, 1000), RILL_OK);
+    }
+    idle(&g);
+    for (int i = 0; i < 3; i++) {
+        rill_sched_session_info_t info;
+        ck_assert_int_eq(rill_sched_session_info(g.sch, ids[i], &info), RILL_OK);
+        ck_assert_int_eq(info.st.n_seen, 1000);
+        ck_assert_int_eq(info.st.n_pending, 0);
+    }
+    ck_assert_int_eq(rill_sched_session_close(g.sch, ids[1]), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_close(g.sch, ids[1]), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
+    rig_close(&g);
+}
+END_TEST
+
+/* Exhaustion reclaims speculation first, then fails questions with RILL_EFULL; sessions keep
+ * their data. Pages of 16: the session reserves 16 (no window, context 256), 4 are overflow. */
+START_TEST(exhaustion_reclaims_forks) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    sp.overflow_pages = 4;
+    rig_open_ex(&g, 20 * 16, &sp);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[200], guess[50], q[50];
+    random_tokens(data, 200, g.V);
+    random_tokens(guess, 50, g.V);
+    random_tokens(q, 50, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 200), RILL_OK); /* 13 pages */
+    idle(&g);
+    outcome_t os, oq[3];
+    outcome_init(&os);
+    for (int i = 0; i < 3; i++) {
+        outcome_init(&oq[i]);
+    }
+    /* the branch: copy of the half-full page + 3 new pages for 200 + 50 + 5 tokens */
+    rill_sched_ask_t r = ask_of(NULL, 0, 6, &os);
+    rill_sched_rid_t spec;
+    ck_assert_int_eq(rill_sched_spec_start(g.sch, sid, guess, 50, &r, &spec), RILL_OK);
+    idle(&g);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.free_pages, 20 - 13 - 4);
+    rill_sched_ask_t a = ask_of(q, 50, 6, &oq[0]); /* needs 4 pages: only 3 free */
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    wait_done(&oq[0], 1);
+    ck_assert_int_eq(oq[0].a.status, RILL_OK);
+    wait_done(&os, 1);
+    ck_assert_int_eq(os.a.status, RILL_ECANCELED);                             /* reclaimed */
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, guess, 50), RILL_OK); /* a no-op now */
+    /* three questions of 4 pages each with 7 free: whatever overlaps fails with RILL_EFULL */
+    for (int i = 0; i < 3; i++) {
+        oq[i].n_done = 0;
+        a = ask_of(q, 50, 6, &oq[i]);
+        ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    }
+    int ok = 0;
+    for (int i = 0; i < 3; i++) {
+        wait_done(&oq[i], 1);
+        ck_assert_msg(oq[i].a.status == RILL_OK || oq[i].a.status == RILL_EFULL, "status %s",
+                      rill_err_name(oq[i].a.status));
+        ok += oq[i].a.status == RILL_OK;
+    }
+    ck_assert_int_ge(ok, 1);
+    idle(&g);
+    int32_t got[256];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 256), 200);
+    ck_assert_mem_eq(got, data, sizeof data);
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.free_pages, 20 - 13);
+    ck_assert_int_ge(st.reclaimed, 1 + (3 - ok));
+    ck_assert_int_eq(st.questions_failed, 3 - ok);
+    for (int i = 0; i < 3; i++) {
+        outcome_deinit(&oq[i]);
+    }
+    outcome_deinit(&os);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(standing_queries_cache_and_coalesce) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[300], q[10], want[6];
+    random_tokens(data, 300, g.V);
+    random_tokens(q, 10, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
+    outcome_t os;
+    outcome_init(&os);
+    rill_sched_ask_t a = ask_of(q, 10, 6, &os);
+    rill_sched_rid_t qid;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &a, &qid), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(os.n_done, 1);
+    ck_assert_int_eq(os.a.status, RILL_OK);
+    ck_assert_int_eq(os.a.version, 1);
+    direct_answer(&g, data, 40, q, 10, 6, want);
+    ck_assert_mem_eq(os.tokens, want, 6 * sizeof(int32_t));
+    /* 20 updates in a row: refreshes coalesce, the last answer sees the last version */
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 40 + 10 * i, 10), RILL_OK);
+    }
+    idle(&g);
+    ck_assert_int_eq(os.a.version, 21);
+    ck_assert_int_lt(os.n_done, 21);
+    direct_answer(&g, data, 240, q, 10, 6, want);
+    ck_assert_mem_eq(os.tokens, want, 6 * sizeof(int32_t));
+    /* the same question while the version matches: from the cache, no model work */
+    rill_sched_stats_t st0, st1;
+    rill_sched_stats(g.sch, &st0);
+    outcome_t oa;
+    outcome_init(&oa);
+    rill_sched_ask_t b = ask_of(q, 10, 6, &oa);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &b, &rid), RILL_OK);
+    wait_done(&oa, 1);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert(oa.a.cached);
+    ck_assert_int_eq(oa.a.version, 21);
+    ck_assert_mem_eq(oa.tokens, want, 6 * sizeof(int32_t));
+    ck_assert_mem_eq(oa.streamed, want, 6 * sizeof(int32_t));
+    ck_assert_int_eq(st1.steps, st0.steps);
+    ck_assert_int_eq(st1.standing_cache_hits, st0.standing_cache_hits + 1);
+    rill_sched_standing_info_t info[2];
+    ck_assert_int_eq(rill_sched_standing_list(g.sch, sid, info, 2), 1);
+    ck_assert_uint_eq(info[0].qid, qid);
+    ck_assert_int_eq(info[0].version, 21);
+    ck_assert_int_eq(info[0].cache_hits, 1);
+    ck_assert_int_eq(info[0].refreshes, os.n_done);
+    /* unregistered: no more callbacks */
+    ck_assert_int_eq(rill_sched_standing_unregister(g.sch, qid), RILL_OK);
+    ck_assert_int_eq(rill_sched_standing_unregister(g.sch, qid), RILL_ENOTFOUND);
+    int before = os.n_done;
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 240, 10), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(os.n_done, before);
+    ck_assert_int_eq(rill_sched_standing_list(g.sch, sid, info, 2), 0);
+    outcome_deinit(&oa);
+    outcome_deinit(&os);
+    rig_close(&g);
+}
+END_TEST
+
+/* New data while a refresh is still prefilling abandons it. */
+START_TEST(standing_refresh_abandoned_by_new_data) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 8;
+    sp.min_chunk = 8;
+    sp.max_delay_ns = 0;
+    rig_open_ex(&g, 8192, &sp);
+    rill_sched_sid_t sid = new_session(&g, 16, 160);
+    int32_t data[400], q[60];
+    random_tokens(data, 400, g.V);
+    random_tokens(q, 60, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 10), RILL_OK);
+    idle(&g);
+    outcome_t os;
+    outcome_init(&os);
+    rill_sched_ask_t a = ask_of(q, 60, 2, &os); /* 8 prefill steps per refresh */
+    rill_sched_rid_t qid;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &a, &qid), RILL_OK);
+    for (int i = 0; i < 300; i++) {
+        ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 10 + i, 1), RILL_OK);
+    }
+    idle(&g);
+    rill_sched_standing_info_t info;
+    ck_assert_int_eq(rill_sched_standing_list(g.sch, sid, &info, 1), 1);
+    ck_assert_int_gt(info.abandoned, 0);
+    ck_assert_int_eq(info.version, 301);
+    ck_assert_int_eq(os.a.version, 301);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.standing_abandoned, info.abandoned);
+    outcome_deinit(&os);
+    rig_close(&g);
+}
+END_TEST
+
+/* A speculation that guessed wrong ends as a plain turn would; one that guessed right too. */
+START_TEST(speculation_commit_and_rollback) {
+    rig_t g;
+    rig_open(&g);
+    int32_t data[100], input[20], guess[20];
+    random_tokens(data, 100, g.V);
+    random_tokens(input, 20, g.V);
+    memcpy(guess, input, sizeof guess);
+    random_tokens(guess + 12, 8, g.V); /* the guess shares 12 tokens with the real input */
+    rill_sched_sid_t sa = new_session(&g, 0, 0), sb = new_session(&g, 0, 0),
+                     sc = new_session(&g, 0, 0);
+    for (int i = 0; i < 3; i++) {
+        rill_sched_sid_t s = i == 0 ? sa : i == 1 ? sb : sc;
+        ck_assert_int_eq(rill_sched_ingest(g.sch, s, data, 100), RILL_OK);
+    }
+    idle(&g);
+    /* b: a plain turn */
+    outcome_t ob, oa, oc;
+    outcome_init(&ob);
+    outcome_init(&oa);
+    outcome_init(&oc);
+    rill_sched_ask_t t = ask_of(input, 20, 7, &ob);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_turn(g.sch, sb, &t, &rid), RILL_OK);
+    wait_done(&ob, 1);
+    ck_assert_int_eq(ob.a.status, RILL_OK);
+    ck_assert(ob.a.adopted);
+    /* a: wrong guess, then the real input */
+    rill_sched_stats_t st0, st1;
+    rill_sched_stats(g.sch, &st0);
+    rill_sched_ask_t r = ask_of(NULL, 0, 7, &oa);
+    rill_sched_rid_t spec;
+    ck_assert_int_eq(rill_sched_spec_start(g.sch, sa, guess, 20, &r, &spec), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(oa.n_streamed, 0); /* held back */
+    ck_assert_int_eq(oa.n_done, 0);
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, input, 20), RILL_OK);
+    wait_done(&oa, 1);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert_int_eq(oa.a.status, RILL_OK);
+    ck_assert(oa.a.adopted);
+    ck_assert_int_eq(oa.a.n_tokens, 7);
+    ck_assert_mem_eq(oa.tokens, ob.tokens, 7 * sizeof(int32_t));
+    ck_assert_int_eq(oa.n_streamed, 7);
+    ck_assert_int_eq(st1.spec_hits, st0.spec_hits);
+    /* computed: the guess (20) and 6 reply tokens fed back; kept: the 12 matching tokens */
+    ck_assert_int_eq(st1.spec_tokens_computed - st0.spec_tokens_computed, 26);
+    ck_assert_int_eq(st1.spec_tokens_kept - st0.spec_tokens_kept, 12);
+    ck_assert_int_eq(st1.spec_tokens_wasted - st0.spec_tokens_wasted, 14);
+    /* c: right guess: the held reply is delivered */
+    rill_sched_stats(g.sch, &st0);
+    rill_sched_ask_t rc = ask_of(NULL, 0, 7, &oc);
+    ck_assert_int_eq(rill_sched_spec_start(g.sch, sc, input, 20, &rc, &spec), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, input, 20), RILL_OK);
+    wait_done(&oc, 1);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert(oc.a.adopted);
+    ck_assert_mem_eq(oc.tokens, ob.tokens, 7 * sizeof(int32_t));
+    ck_assert_int_eq(st1.spec_hits, st0.spec_hits + 1);
+    ck_assert_int_eq(st1.spec_tokens_wasted, st0.spec_tokens_wasted);
+    /* the three sessions hold the same tokens: data, input, reply */
+    int32_t ta[200], tb[200], tc[200];
+    int64_t na = rill_sched_session_tokens(g.sch, sa, ta, 200);
+    ck_assert_int_eq(na, 100 + 20 + 7);
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sb, tb, 200), na);
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sc, tc, 200), na);
+    ck_assert_mem_eq(ta, tb, (size_t)na * 4);
+    ck_assert_mem_eq(tc, tb, (size_t)na * 4);
+    ck_assert_mem_eq(tb + 120, ob.tokens, 7 * 4);
+    /* and answer the next question alike */
+    int32_t q[5];
+    random_tokens(q, 5, g.V);
+    outcome_t n1, n2;
+    outcome_init(&n1);
+    outcome_init(&n2);
+    rill_sched_ask_t a1 = ask_of(q, 5, 5, &n1), a2 = ask_of(q, 5, 5, &n2);
+    ck_assert_int_eq(rill_sched_ask(g.sch, sa, &a1, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(g.sch, sb, &a2, &rid), RILL_OK);
+    wait_done(&n1, 1);
+    wait_done(&n2, 1);
+    ck_assert_mem_eq(n1.tokens, n2.tokens, 5 * 4);
+    outcome_deinit(&n1);
+    outcome_deinit(&n2);
+    outcome_deinit(&oa);
+    outcome_deinit(&ob);
+    outcome_deinit(&oc);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(cancel_and_close) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[50], q[4];
+    random_tokens(data, 50, g.V);
+    random_tokens(q, 4, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
+    outcome_t o1, o2, o3;
+    outcome_init(&o1);
+    outcome_init(&o2);
+    outcome_init(&o3);
+    rill_sched_ask_t a = ask_of(q, 4, 2000, &o1);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_cancel(g.sch, rid), RILL_OK);
+    wait_done(&o1, 1);
+    ck_assert_int_eq(o1.a.status, RILL_ECANCELED);
+    ck_assert_int_eq(rill_sched_cancel(g.sch, rid), RILL_OK); /* finished: nothing happens */
+    ck_assert_int_eq(rill_sched_cancel(g.sch, rid + 1000), RILL_ENOTFOUND);
+    /* no such session: reported through on_done */
+    a = ask_of(q, 4, 3, &o2);
+    ck_assert_int_eq(rill_sched_ask(g.sch, 12345, &a, &rid), RILL_OK);
+    wait_done(&o2, 1);
+    ck_assert_int_eq(o2.a.status, RILL_ENOTFOUND);
+    /* closing a session ends its requests */
+    a = ask_of(q, 4, 2000, &o3);
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_close(g.sch, sid), RILL_OK);
+    wait_done(&o3, 1);
+    ck_assert_int_eq(o3.a.status, RILL_ECANCELED);
+    idle(&g);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.free_pages, st.total_pages);
+    outcome_deinit(&o1);
+    outcome_deinit(&o2);
+    outcome_deinit(&o3);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(shared_prompt_computed_once) {
+    rig_t g;
+    rig_open(&g);
+    int32_t prompt[40], q[6], data[30], want[4];
+    random_tokens(prompt, 40, g.V);
+    random_tokens(q, 6, g.V);
+    random_tokens(data, 30, g.V);
+    rill_sched_session_params_t p = rill_sched_session_default_params();
+    p.session.prompt = prompt;
+    p.session.n_prompt = 40;
+    rill_sched_sid_t ids[3];
+    char msg[200];
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &ids[i], msg, sizeof msg), RILL_OK);
+    }
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 40); /* the prompt once */
+    ck_assert_int_eq(st.prefix_shared_pages, 3 * 3);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, ids[1], data, 30), RILL_OK);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, 6, 4, &o);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, ids[1], &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    int32_t all[70];
+    memcpy(all, prompt, sizeof prompt);
+    memcpy(all + 40, data, sizeof data);
+    direct_answer(&g, all, 70, q, 6, 4, want);
+    ck_assert_mem_eq(o.tokens, want, sizeof want);
+    int32_t got[80];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, ids[0], got, 80), 40);
+    ck_assert_mem_eq(got, prompt, sizeof prompt);
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_session_close(g.sch, ids[i]), RILL_OK);
+    }
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.reserved_pages, 0); /* the template went with its last session */
+    ck_assert_int_eq(st.free_pages, st.total_pages);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+START_TEST(snapshot_and_restore_through_the_engine) {
+    rig_t g;
+    rig_open(&g);
+    char dir[] = "/tmp/rill-sched-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char logp[300], snap[300];
+    snprintf(logp, sizeof logp, "%s/s.log", dir);
+    snprintf(snap, sizeof snap, "%s/s.snap", dir);
+    rill_sched_session_params_t p = rill_sched_session_default_params();
+    p.log_path = logp;
+    rill_sched_sid_t sid;
+    char msg[300];
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
+    int32_t data[120];
+    random_tokens(data, 120, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 70), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_snapshot(g.sch, sid, snap, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 70, 50), RILL_OK);
+    /* the engine stops with 50 tokens perhaps still queued: they are in the log */
+    rill_sched_destroy(&g.sch);
+    ck_assert_int_eq(rill_sched_new(g.pool, NULL, &g.sch), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_restore(g.sch, snap, logp, RILL_SESSION_FSYNC_NEVER, &sid,
+                                                msg, sizeof msg),
+                     RILL_OK);
+    int32_t got[200];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 200), 120);
+    ck_assert_mem_eq(got, data, sizeof data);
+    rig_close(&g);
+    unlink(logp);
+    unlink(snap);
+    rmdir(dir);
+}
+END_TEST
+
+START_TEST(arguments_are_checked) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_t *none = NULL;
+    ck_assert_int_eq(rill_sched_new(NULL, NULL, &none), RILL_EINVAL);
+    rill_sched_params_t bad = rill_sched_default_params();
+    bad.step_tokens = 100000;
+    ck_assert_int_eq(rill_sched_new(g.rpool, &bad, &none), RILL_EINVAL);
+    ck_assert_ptr_null(none);
+    rill_sched_destroy(NULL);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t q[2] = { 1, 2 }, bad_tok = g.V;
+    rill_sched_rid_t rid = 7;
+    rill_sched_ask_t a = { .question = q, .n_question = 2, .n_max = 0 };
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_EINVAL);
+    ck_assert_uint_eq(rid, 0);
+    a.n_max = 1;
+    a.n_question = 0;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, &bad_tok, 1), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid + 99, q, 2), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, 999999, q, 2), RILL_ENOTFOUND);
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 0); /* the refused ingest changed nothing */
+    rill_sched_sid_t ids[4];
+    ck_assert_int_eq(rill_sched_session_list(g.sch, ids, 4), 1);
+    ck_assert_uint_eq(ids[0], sid);
+    ck_assert_str_eq(rill_sched_class_name(RILL_SCHED_STANDING), "standing");
+    rig_close(&g);
+}
+END_TEST
+
+/* ---- stress: 16 sessions, 4 client threads ------------------------------------------------ */
+
+#define STRESS_SESSIONS 16
+#define STRESS_THREADS  4
+
+typedef struct client {
+    rig_t *g;
+    rill_sched_sid_t sid[STRESS_SESSIONS / STRESS_THREADS];
+    int32_t *mine[STRESS_SESSIONS / STRESS_THREADS]; /* what each session must hold */
+    int n_mine[STRESS_SESSIONS / STRESS_THREADS];
+    uint64_t rng;
+    int asks, failures;
+} client_t;
+
+static uint32_t crnd(client_t *c) {
+    c->rng ^= c->rng << 13;
+    c->rng ^= c->rng >> 7;
+    c->rng ^= c->rng << 17;
+    return (uint32_t)(c->rng >> 11);
+}
+
+static void *client_main(void *arg) {
+    client_t *c = arg;
+    int per = STRESS_SESSIONS / STRESS_THREADS;
+    for (int op = 0; op < 60; op++) {
+        int k = (int)(crnd(c) % (uint32_t)per);
+        int32_t toks[40];
+        int n = 1 + (int)(crnd(c) % 40);
+        for (int i = 0; i < n; i++) {
+            toks[i] = (int32_t)(crnd(c) % (uint32_t)c->g->V);
+        }
+        uint32_t what = crnd(c) % 10;
+        if (what < 6 || c->n_mine[k] == 0) {
+            if (rill_sched_ingest(c->g->sch, c->sid[k], toks, n) == RILL_OK) {
+                memcpy(c->mine[k] + c->n_mine[k], toks, (size_t)n * 4);
+                c->n_mine[k] += n;
+            } else {
+                c->failures++;
+            }
+        } else if (what < 9) {
+            outcome_t o;
+            outcome_init(&o);
+            rill_sched_ask_t a = ask_of(toks, n > 8 ? 8 : n, 1 + (int)(crnd(c) % 4), &o);
+            rill_sched_rid_t rid;
+            if (rill_sched_ask(c->g->sch, c->sid[k], &a, &rid) == RILL_OK) {
+                wait_done(&o, 1);
+                c->failures += o.a.status != RILL_OK;
+                c->failures += o.a.n_context < 1 || o.a.n_context > c->n_mine[k];
+                c->asks++;
+            }
+            outcome_deinit(&o);
+        } else {
+            outcome_t o;
+            outcome_init(&o);
+            rill_sched_ask_t a = ask_of(toks, n > 6 ? 6 : n, 3, &o);
+            rill_sched_rid_t rid;
+            if (rill_sched_turn(c->g->sch, c->sid[k], &a, &rid) == RILL_OK) {
+                wait_done(&o, 1);
+                if (o.a.status == RILL_OK && o.a.adopted) {
+                    int m = n > 6 ? 6 : n;
+                    memcpy(c->mine[k] + c->n_mine[k], toks, (size_t)m * 4);
+                    memcpy(c->mine[k] + c->n_mine[k] + m, o.tokens, (size_t)o.a.n_tokens * 4);
+                    c->n_mine[k] += m + o.a.n_tokens;
+                } else {
+                    c->failures++;
+                }
+            }
+            outcome_deinit(&o);
+        }
+    }
+    return NULL;
+}
+
+START_TEST(stress_sixteen_sessions_isolated) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 64;
+    rig_open_ex(&g, 32768, &sp);
+    client_t cl[STRESS_THREADS];
+    pthread_t th[STRESS_THREADS];
+    int per = STRESS_SESSIONS / STRESS_THREADS;
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        memset(&cl[t], 0, sizeof cl[t]);
+        cl[t].g = &g;
+        cl[t].rng = 0x1234567ULL * (uint64_t)(t + 1);
+        for (int k = 0; k < per; k++) {
+            cl[t].sid[k] = new_session(&g, 16, 160);
+            cl[t].mine[k] = malloc(8192 * sizeof(int32_t));
+        }
+    }
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        ck_assert_int_eq(pthread_create(&th[t], NULL, client_main, &cl[t]), 0);
+    }
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        pthread_join(th[t], NULL);
+    }
+    idle(&g);
+    int asks = 0;
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        ck_assert_int_eq(cl[t].failures, 0);
+        asks += cl[t].asks;
+        for (int k = 0; k < per; k++) {
+            int32_t *got = malloc(8192 * sizeof(int32_t));
+            int64_t n = rill_sched_session_tokens(g.sch, cl[t].sid[k], got, 8192);
+            rill_sched_session_info_t info;
+            ck_assert_int_eq(rill_sched_session_info(g.sch, cl[t].sid[k], &info), RILL_OK);
+            ck_assert_int_eq(info.st.n_seen, cl[t].n_mine[k]);
+            ck_assert_int_eq(n, info.st.n_resident);
+            /* resident: the sinks, then the stream from kept_from on */
+            ck_assert_mem_eq(got, cl[t].mine[k], (size_t)info.st.n_sink * 4);
+            ck_assert_mem_eq(got + info.st.n_sink, cl[t].mine[k] + info.st.kept_from,
+                             (size_t)(n - info.st.n_sink) * 4);
+            /* a session that never evicted answers like a direct re-prefill */
+            if (info.st.n_evicted == 0 && n > 0) {
+                int32_t q[3] = { 1, 2, 3 }, want[3];
+                direct_answer(&g, got, (int)n, q, 3, 3, want);
+                outcome_t o;
+                outcome_init(&o);
+                rill_sched_ask_t a = ask_of(q, 3, 3, &o);
+                rill_sched_rid_t rid;
+                ck_assert_int_eq(rill_sched_ask(g.sch, cl[t].sid[k], &a, &rid), RILL_OK);
+                wait_done(&o, 1);
+                ck_assert_mem_eq(o.tokens, want, sizeof want);
+                outcome_deinit(&o);
+            }
+            free(got);
+            free(cl[t].mine[k]);
+        }
+    }
+    ck_assert_int_gt(asks, 0);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.questions_failed, 0);
+    rig_close(&g);
+}
+END_TEST
+
+static bool have_tiny_models(void) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
+    FILE *f = fopen(path, "rb");
+    if (f != NULL) {
+        fclose(f);
+    }
+    return f != NULL;
+}
+
+int main(int argc, char **argv) {
+    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
+    if (!have_tiny_models()) {
+        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py\n");
+        return 77;
+    }
+    bool stress_only = argc > 1 && strcmp(argv[1], "--stress") == 0;
+    Suite *su = suite_create("scheduler");
+    TCase *tc = tcase_create("scheduler");
+    tcase_set_timeout(tc, 600);
+    if (!stress_only) {
+        tcase_add_test(tc, ask_matches_direct_query);
+        tcase_add_test(tc, text_ingest_matches_whole_text);
+        tcase_add_test(tc, questions_preempt_ingest);
+        tcase_add_test(tc, admission_reserves_windows);
+        tcase_add_test(tc, exhaustion_reclaims_forks);
+        tcase_add_test(tc, standing_queries_cache_and_coalesce);
+        tcase_add_test(tc, standing_refresh_abandoned_by_new_data);
+        tcase_add_test(tc, speculation_commit_and_rollback);
+        tcase_add_test(tc, cancel_and_close);
+        tcase_add_test(tc, shared_prompt_computed_once);
+        tcase_add_test(tc, snapshot_and_restore_through_the_engine);
+        tcase_add_test(tc, arguments_are_checked);
+    }
+    tcase_add_test(tc, stress_sixteen_sessions_isolated);
+    suite_add_tcase(su, tc);
+    SRunner *sr = srunner_create(su);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
