@@ -16,10 +16,11 @@
  *   STANDING  refreshes of standing queries
  *   SPEC      speculative replies (endpoint anticipation)
  *
- * Step size (adaptive chunked prefill). The engine measures the time per token of its steps
- * (an exponential average) and caps a step at max_delay_ns worth of tokens (never below
- * min_chunk, never above step_tokens), so a question that arrives while a step runs waits at
- * most about max_delay_ns for the engine to take it.
+ * Step size (adaptive chunked prefill). The engine fits its step times to t = a + b * tokens
+ * (least squares over recent steps, older ones weighted down by 0.97 per step) and caps a step
+ * at (max_delay_ns - a) / b tokens (never below min_chunk, never above step_tokens), so a
+ * question that arrives while a step runs waits at most about max_delay_ns for the engine to
+ * take it.
  *
  * Cell-budget admission. A session reserves the pages its window can occupy
  * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
@@ -295,7 +296,8 @@ typedef struct rill_sched_stats {
     int64_t tokens[RILL_SCHED_N_CLASSES]; /* tokens evaluated per class */
     int64_t busy_ns;                      /* time in steps */
     int64_t idle_ns;                      /* time waiting for work */
-    double ns_per_token;                  /* the adaptive estimate now */
+    double ns_per_token;                  /* the step time model now: b */
+    double ns_per_step;                   /* and a (fixed cost of a step) */
     int32_t chunk_cap;                    /* the step cap it gives now */
     int32_t n_sessions;
     int32_t reserved_pages, overflow_pages, free_pages, total_pages;

@@ -163,7 +163,10 @@ struct rill_sched {
     uint64_t next_sid;
     int32_t n_sessions, reserved;
     uint64_t rr; /* round-robin rotation */
-    double ns_per_tok;
+    /* step time model t = a + b * tokens, fitted by least squares with exponential forgetting
+     * (weights decay by FORGET per step): sums of w, w*T, w*t, w*T^2, w*T*t */
+    double fw, ft, fy, ftt, fty;
+    double ns_per_tok, ns_fixed; /* b and a */
     rill_sched_stats_t st;
     rill_session_step_t *items;
     req_t **item_req;
@@ -858,6 +861,7 @@ static int32_t step_cap(const rill_sched_t *sch);
 static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
     *o = sch->st;
     o->ns_per_token = sch->ns_per_tok;
+    o->ns_per_step = sch->ns_fixed;
     o->chunk_cap = step_cap(sch);
     o->n_sessions = sch->n_sessions;
     o->reserved_pages = sch->reserved;
@@ -1047,10 +1051,32 @@ static bool req_runs(const req_t *r) {
            rill_session_pending(r->fork) > 0;
 }
 
+#define FORGET 0.97
+
+/* Adds a step of T tokens that took ns to the time model and refits it. */
+static void learn(rill_sched_t *sch, int32_t T, int64_t ns) {
+    double x = T, y = (double)ns;
+    sch->fw = FORGET * sch->fw + 1;
+    sch->ft = FORGET * sch->ft + x;
+    sch->fy = FORGET * sch->fy + y;
+    sch->ftt = FORGET * sch->ftt + x * x;
+    sch->fty = FORGET * sch->fty + x * y;
+    double mt = sch->ft / sch->fw, my = sch->fy / sch->fw;
+    double var = sch->ftt / sch->fw - mt * mt, cov = sch->fty / sch->fw - mt * my;
+    if (var > 1.0 && cov > 0) { /* steps of different sizes seen: slope and intercept */
+        sch->ns_per_tok = cov / var;
+        sch->ns_fixed = my - sch->ns_per_tok * mt;
+        sch->ns_fixed = sch->ns_fixed > 0 ? sch->ns_fixed : 0;
+    } else if (mt > 0) { /* all alike so far: charge everything per token (conservative) */
+        sch->ns_per_tok = my / mt;
+        sch->ns_fixed = 0;
+    }
+}
+
 static int32_t step_cap(const rill_sched_t *sch) {
     int32_t cap = sch->prm.step_tokens;
     if (sch->prm.max_delay_ns > 0 && sch->ns_per_tok > 0) {
-        double c = (double)sch->prm.max_delay_ns / sch->ns_per_tok;
+        double c = ((double)sch->prm.max_delay_ns - sch->ns_fixed) / sch->ns_per_tok;
         if (c < cap) {
             cap = (int32_t)c;
         }
@@ -1268,10 +1294,7 @@ static bool step(rill_sched_t *sch) {
             }
             return true;
         }
-        if (T >= 8) {
-            double per = (double)(t1 - t0) / T;
-            sch->ns_per_tok = sch->ns_per_tok == 0 ? per : 0.8 * sch->ns_per_tok + 0.2 * per;
-        }
+        learn(sch, T, t1 - t0);
         const int32_t V = rill_session_pool_n_vocab(sch->pool);
         for (int32_t i = 0; i < n; i++) {
             sch->st.tokens[sch->item_class[i]] += sch->items[i].n;

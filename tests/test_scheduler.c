@@ -309,6 +309,38 @@ START_TEST(questions_preempt_ingest) {
 }
 END_TEST
 
+/* The step cap follows the measured step times: a delay bound below one token's time gives
+ * min_chunk steps, a generous one full steps. */
+START_TEST(adaptive_chunks_follow_step_times) {
+    for (int pass = 0; pass < 2; pass++) {
+        rig_t g;
+        rill_sched_params_t sp = rill_sched_default_params();
+        sp.step_tokens = 32;
+        sp.min_chunk = 4;
+        sp.max_delay_ns = pass == 0 ? 1000 : 10 * SEC;
+        rig_open_ex(&g, 8192, &sp);
+        rill_sched_sid_t sid = new_session(&g, 16, 224);
+        int32_t data[640];
+        random_tokens(data, 640, g.V);
+        for (int i = 0; i < 4; i++) { /* separate ingests: the first steps teach the model */
+            ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 160 * i, 160), RILL_OK);
+            idle(&g);
+        }
+        rill_sched_stats_t st;
+        rill_sched_stats(g.sch, &st);
+        ck_assert(st.ns_per_token > 0);
+        if (pass == 0) {
+            ck_assert_int_eq(st.chunk_cap, 4);
+            ck_assert_int_ge(st.steps, 640 / 4 - 8); /* the first step is uncapped */
+        } else {
+            ck_assert_int_eq(st.chunk_cap, 32);
+            ck_assert_int_le(st.steps, 640 / 32 + 8); /* + splits at window evictions */
+        }
+        rig_close(&g);
+    }
+}
+END_TEST
+
 START_TEST(admission_reserves_windows) {
     rig_t g;
     rill_sched_params_t sp = rill_sched_default_params();
@@ -924,6 +956,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, ask_matches_direct_query);
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);
+        tcase_add_test(tc, adaptive_chunks_follow_step_times);
         tcase_add_test(tc, admission_reserves_windows);
         tcase_add_test(tc, exhaustion_reclaims_forks);
         tcase_add_test(tc, standing_queries_cache_and_coalesce);
