@@ -1,0 +1,16 @@
+/*
+ * rill_ingest.h - the ingest module: stream adapters that turn raw input into what a session
+ * ingests (../shared/DESIGN.md section 2). Include this, or the part's own header; each part's
+ * header is its manual.
+ *
+ *   rill_market.h       msgpack and CSV ticks, the symbol table and tick/bar lines, the rate
+ *                       governor, the synthetic market
+ *   rill_text_ingest.h  raw text chunks to clean UTF-8 text (boundary-safe)
+ */
+#ifndef RILL_INGEST_H
+#define RILL_INGEST_H
+
+#include "rill_market.h"
+#include "rill_text_ingest.h"
+
+#endif /* RILL_INGEST_H */

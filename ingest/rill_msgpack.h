@@ -1,0 +1,53 @@
+/*
+ * rill_msgpack.h - a structure check for msgpack from untrusted sources (network frames, files),
+ * run before msgpack-c unpacks them.
+ *
+ * msgpack-c trusts a container's declared count: it allocates count * 24 bytes as soon as it
+ * reads the header, so five bytes claiming an array of four billion elements cost 96 GiB of
+ * malloc. rill_msgpack_check() walks the headers only and refuses such a buffer: every string,
+ * binary and extension length and every container count is checked against the bytes that
+ * remain, nesting against a depth limit, and there must be exactly one value with no trailing
+ * byte. It decodes nothing and allocates nothing; after it passes, msgpack-c's allocations are
+ * bounded by about 24 bytes per input byte. Thread-safe (pure).
+ */
+#ifndef RILL_MSGPACK_H
+#define RILL_MSGPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RILL_MSGPACK_MAX_DEPTH 31 /* msgpack-c's unpacker holds 32 open containers */
+
+typedef enum rill_msgpack_top {
+    RILL_MSGPACK_SCALAR = 0,
+    RILL_MSGPACK_ARRAY = 1,
+    RILL_MSGPACK_MAP = 2
+} rill_msgpack_top_t;
+
+typedef struct rill_msgpack_shape {
+    rill_msgpack_top_t top; /* kind of the top-level value */
+    const char *top_what;   /* its name ("map", "array", "str", ...; static) */
+    uint64_t top_count;     /* elements of a top-level array, pairs of a top-level map */
+    int64_t element;        /* on error: index of the top-level array element where it was
+                               found (-1: not inside one) */
+    size_t at;              /* on error: byte offset (SIZE_MAX: none) */
+} rill_msgpack_shape_t;
+
+/* Checks that buf[0, len) is exactly one msgpack value whose declared lengths fit the buffer
+ * and whose nesting is at most max_depth (1..RILL_MSGPACK_MAX_DEPTH; the top-level value is
+ * depth 1 when it is a container). shape (optional) receives the top-level kind and count, or
+ * where the error was found; msg (optional) a message. Errors: RILL_EFORMAT (truncated,
+ * trailing bytes, too deep, the reserved byte 0xc1, empty), RILL_EINVAL (bad arguments). */
+rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
+                              rill_msgpack_shape_t *shape, char *msg, size_t msglen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_MSGPACK_H */
