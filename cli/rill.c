@@ -20,8 +20,12 @@ static const command_t commands[] = {
     { "generate", cmd_generate, "generate text from a prompt, streamed as it is produced" },
     { "tokenize", cmd_tokenize, "print the tokens of a text (works on vocabulary-only GGUFs)" },
     { "logits", cmd_logits, "evaluate token ids from position 0 and write their logits" },
-    { "bench", cmd_bench, "benchmarks: `rill bench model` (prompt and generation tokens/s)" },
+    { "bench", cmd_bench, "benchmarks: `rill bench model` (tokens/s), `rill bench stream`" },
     { "session-script", cmd_session_script, "run session commands from a script (tests, checks)" },
+#ifdef RILL_HAVE_SERVER
+    { "serve", cmd_serve, "run the daemon (rilld): sessions over ZeroMQ, docs/protocol.md" },
+    { "keygen", cmd_keygen, "write a CURVE key pair for rilld or a client" },
+#endif
 };
 
 static void usage(FILE *f) {
@@ -60,6 +64,12 @@ int main(int argc, char **argv) {
                                             : RILL_LOG_WARN;
     }
     rill_log_set_level(level);
+#ifdef RILL_HAVE_SERVER
+    const char *base = strrchr(argv[0], '/');
+    if (strcmp(base != NULL ? base + 1 : argv[0], "rilld") == 0) {
+        return cmd_serve(argc, argv); /* rilld [options] == rill serve [options] */
+    }
+#endif
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,0 +1,216 @@
+/*
+ * cmd_serve.c - `rill serve` (also run as `rilld`): the daemon (server/rill_server.h), and
+ * `rill keygen`: a CURVE key pair for it or its clients.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "rill_server.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+/* One line of "key = value" per option (# comments, blank lines). Values may not contain
+ * spaces around them; the keys are the long option names. */
+static int read_config(const char *path, const cli_opt_t *opts) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "rill serve: --config %s: cannot open\n", path);
+        return 2;
+    }
+    static char store[64][512]; /* values outlive the call: the options borrow them */
+    int n_store = 0, lineno = 0, rc = 0;
+    char line[600];
+    while (rc == 0 && fgets(line, sizeof line, f) != NULL) {
+        lineno++;
+        char key[64], val[512];
+        char *hash = strchr(line, '#');
+        if (hash != NULL) {
+            *hash = '\0';
+        }
+        int k = sscanf(line, " %63[^= \t] = %511s", key, val);
+        if (k <= 0) {
+            continue;
+        }
+        const cli_opt_t *o = opts;
+        while (o->name != NULL && strcmp(o->name, key) != 0) {
+            o++;
+        }
+        if (k != 2 || o->name == NULL || strcmp(key, "config") == 0 || n_store == 64) {
+            fprintf(stderr, "rill serve: %s:%d: unknown or malformed setting '%s'\n", path, lineno,
+                    key);
+            rc = 2;
+            break;
+        }
+        snprintf(store[n_store], sizeof store[n_store], "%s", val);
+        char arg[80];
+        snprintf(arg, sizeof arg, "--%s", key);
+        char *argv[3] = { "config", arg, store[n_store++] };
+        int argc = o->kind == CLI_FLAG ? 2 : 3;
+        if (o->kind == CLI_FLAG && strcmp(val, "true") != 0) {
+            continue; /* "flag = false" leaves it off */
+        }
+        int n_pos = 0;
+        rc = cli_parse(argc, argv, 1, opts, "", "", NULL, 0, &n_pos);
+    }
+    fclose(f);
+    return rc;
+}
+
+int cmd_serve(int argc, char **argv) {
+    rill_server_params_t p = rill_server_default_params();
+    p.question_format = "\\nQuestion: %s\\nAnswer:";
+    const char *model = NULL, *config = NULL, *fsync = "everysec";
+    int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
+            window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
+            max_delay = p.max_delay_ms;
+    double tick_rate = p.tick_rate;
+    bool insecure = false;
+    int n_pos = 0;
+    const cli_opt_t opts[] = {
+        { "model", "-m", CLI_STRING, &model, "GGUF model (default: the default model)", 1, 0 },
+        { "config", NULL, CLI_STRING, &config,
+          "read settings from a file first: 'option = value' per line (flags: 'true')", 1, 0 },
+        { "listen", NULL, CLI_STRING, &p.request_ep, "ROUTER endpoint for requests", 1, 0 },
+        { "events", NULL, CLI_STRING, &p.event_ep, "XPUB endpoint for events", 1, 0 },
+        { "curve-keys", NULL, CLI_STRING, &p.curve_dir,
+          "CURVE: DIR/server.key and DIR/clients/*.pub (see docs/protocol.md)", 1, 0 },
+        { "insecure-bind", NULL, CLI_FLAG, &insecure,
+          "allow non-loopback endpoints without CURVE (anyone can connect)", 1, 0 },
+        { "state", NULL, CLI_STRING, &p.state_dir,
+          "directory of session logs, snapshots and metadata (restored at start)", 1, 0 },
+        { "fsync", NULL, CLI_STRING, &fsync, "ingest log fsync: always, everysec or never", 1, 0 },
+        { "threads", "-t", CLI_INT, &threads, "compute threads (0: one per CPU)", 0, 512 },
+        { "kv-cells", NULL, CLI_INT, &kv_cells, "KV budget in token cells", 16, 1e9 },
+        { "max-sessions", NULL, CLI_INT, &max_sessions, "most open sessions", 1, 1e6 },
+        { "window", NULL, CLI_INT, &window, "window of a session created without one", 0, 1e6 },
+        { "sinks", NULL, CLI_INT, &sinks, "sink tokens of such a session", 0, 1e6 },
+        { "tick-rate", NULL, CLI_FLOAT, &tick_rate,
+          "lines per second per session before ticks are aggregated into bars", 0.001, 1e6 },
+        { "question-format", NULL, CLI_STRING, &p.question_format,
+          "how a question is put to the model (one %s; \\n is a newline)", 1, 0 },
+        { "max-delay-ms", NULL, CLI_INT, &max_delay,
+          "bound on a step, hence on a waiting question's delay (0: none)", 0, 1e6 },
+        { "hwm", NULL, CLI_INT, &hwm, "high-water mark of both sockets (messages)", 1, 1e7 },
+        { "max-msg", NULL, CLI_INT, &max_msg, "largest request frame (bytes)", 1024, 1 << 30 },
+        { "ready-file", NULL, CLI_STRING, &p.ready_file,
+          "write the pid here once listening (for scripts)", 1, 0 },
+        { NULL, NULL, 0, NULL, NULL, 0, 0 },
+    };
+    /* a --config first, then the command line over it */
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            int rc = read_config(argv[i + 1], opts);
+            if (rc != 0) {
+                return rc;
+            }
+        }
+    }
+    int rc = cli_parse(argc, argv, 1, opts, "rill serve [options]   (also: rilld [options])",
+                       "Serves sessions over ZeroMQ: requests on a ROUTER socket, events on an "
+                       "XPUB socket\n(docs/protocol.md). Without --curve-keys it binds loopback "
+                       "endpoints only, unless\n--insecure-bind. SIGINT/SIGTERM: snapshots every "
+                       "session and exits.",
+                       NULL, 0, &n_pos);
+    if (rc != 0) {
+        return rc == 1 ? 0 : rc;
+    }
+    p.model_path = model != NULL ? model : cli_default_model();
+    if (p.model_path == NULL) {
+        return 1;
+    }
+    if (strcmp(fsync, "always") == 0) {
+        p.fsync = RILL_SESSION_FSYNC_ALWAYS;
+    } else if (strcmp(fsync, "never") == 0) {
+        p.fsync = RILL_SESSION_FSYNC_NEVER;
+    } else if (strcmp(fsync, "everysec") != 0) {
+        fprintf(stderr, "rill serve: --fsync must be always, everysec or never\n");
+        return 2;
+    }
+    p.threads = (int32_t)threads;
+    p.kv_cells = kv_cells;
+    p.hwm = (int32_t)hwm;
+    p.max_msg = max_msg;
+    p.default_window = (int32_t)window;
+    p.default_sinks = (int32_t)sinks;
+    p.max_sessions = (int32_t)max_sessions;
+    p.max_delay_ms = max_delay;
+    p.tick_rate = tick_rate;
+    p.insecure_bind = insecure;
+    /* the format may spell newlines as \n (the default does, so --help shows it on one line) */
+    static char qfmt[1024];
+    size_t qn = 0;
+    for (const char *c = p.question_format; *c != '\0' && qn + 1 < sizeof qfmt; c++) {
+        if (c[0] == '\\' && c[1] == 'n') {
+            qfmt[qn++] = '\n';
+            c++;
+        } else {
+            qfmt[qn++] = *c;
+        }
+    }
+    qfmt[qn] = '\0';
+    p.question_format = qfmt;
+    if (strstr(p.question_format, "%s") == NULL) {
+        fprintf(stderr, "rill serve: --question-format needs a %%s for the question\n");
+        return 2;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return rill_server_run(&p, &g_stop);
+}
+
+int cmd_keygen(int argc, char **argv) {
+    const char *pos[2];
+    int n_pos = 0;
+    const cli_opt_t opts[] = { { NULL, NULL, 0, NULL, NULL, 0, 0 } };
+    int rc = cli_parse(argc, argv, 1, opts, "rill keygen PATH",
+                       "Writes a CURVE key pair: PATH.key (secret, mode 0600) and PATH.pub "
+                       "(public), Z85.\nFor rilld: --curve-keys DIR needs DIR/server.key; put "
+                       "each client's .pub in DIR/clients/.",
+                       pos, 1, &n_pos);
+    if (rc != 0) {
+        return rc == 1 ? 0 : rc;
+    }
+    if (n_pos != 1) {
+        fprintf(stderr, "rill keygen: give the path prefix (e.g. keys/server)\n");
+        return 2;
+    }
+    char pub[41], sec[41], path[4096];
+    if (zmq_curve_keypair(pub, sec) != 0) {
+        fprintf(stderr, "rill keygen: this libzmq has no CURVE support\n");
+        return 1;
+    }
+    snprintf(path, sizeof path, "%s.key", pos[0]);
+    mode_t old = umask(077);
+    FILE *f = fopen(path, "wx");
+    umask(old);
+    if (f == NULL) {
+        fprintf(stderr, "rill keygen: cannot create %s (it must not exist)\n", path);
+        return 1;
+    }
+    fprintf(f, "%s\n", sec);
+    fclose(f);
+    snprintf(path, sizeof path, "%s.pub", pos[0]);
+    f = fopen(path, "wx");
+    if (f == NULL) {
+        fprintf(stderr, "rill keygen: cannot create %s (it must not exist)\n", path);
+        return 1;
+    }
+    fprintf(f, "%s\n", pub);
+    fclose(f);
+    printf("%s\n", pub);
+    return 0;
+}

@@ -1,0 +1,203 @@
+/*
+ * auth.c - CURVE keys and the ZAP handler (contract: server_internal.h; docs/protocol.md,
+ * Security).
+ *
+ * Design: the ZAP protocol (RFC 27) over a REP socket on inproc://zeromq.zap.01 in the server's
+ * context, served by one thread that polls with a timeout so it notices stop. The admitted keys
+ * are a fixed set loaded at start (a restart picks up changes). The User-Id of an admitted
+ * connection is its public key in Z85, which is how sessions are owned.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "rill_alloc.h"
+#include "server_internal.h"
+
+#define MAX_CLIENTS 1024
+
+struct srv_auth {
+    char secret[41];
+    uint8_t clients[MAX_CLIENTS][32];
+    int n_clients;
+    void *rep;
+    pthread_t thread;
+    bool started;
+    atomic_bool stop;
+    int64_t admitted, refused;
+};
+
+int srv_read_key(const char *path, char out[41]) {
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    char buf[128];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    size_t a = 0;
+    while (a < n && (buf[a] == ' ' || buf[a] == '\n' || buf[a] == '\r' || buf[a] == '\t')) {
+        a++;
+    }
+    size_t b = a;
+    while (b < n && buf[b] > ' ') {
+        b++;
+    }
+    if (b - a != 40) {
+        return -1;
+    }
+    memcpy(out, buf + a, 40);
+    out[40] = '\0';
+    uint8_t raw[32];
+    return zmq_z85_decode(raw, out) != NULL ? 0 : -1;
+}
+
+static void send_str(void *sock, const char *s, bool more) {
+    zmq_send(sock, s, strlen(s), more ? ZMQ_SNDMORE : 0);
+}
+
+static void *zap_main(void *arg) {
+    srv_auth_t *a = arg;
+    while (!atomic_load(&a->stop)) {
+        zmq_pollitem_t it = { a->rep, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll(&it, 1, 100) <= 0) {
+            continue;
+        }
+        /* version, request id, domain, address, identity, mechanism, credentials... */
+        zmq_msg_t f[8];
+        int n = 0, more = 1;
+        while (more) {
+            zmq_msg_t m;
+            zmq_msg_init(&m);
+            if (zmq_msg_recv(&m, a->rep, 0) < 0) {
+                zmq_msg_close(&m);
+                break;
+            }
+            more = zmq_msg_more(&m);
+            if (n < 8) {
+                f[n++] = m;
+            } else {
+                zmq_msg_close(&m);
+            }
+        }
+        bool ok = false;
+        char user[41] = "";
+        if (n >= 7 && zmq_msg_size(&f[5]) == 5 && memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
+            zmq_msg_size(&f[6]) == 32) {
+            const uint8_t *key = zmq_msg_data(&f[6]);
+            for (int i = 0; i < a->n_clients && !ok; i++) {
+                ok = memcmp(a->clients[i], key, 32) == 0;
+            }
+            if (ok) {
+                zmq_z85_encode(user, key, 32);
+            }
+        }
+        ok ? a->admitted++ : a->refused++;
+        send_str(a->rep, "1.0", true);
+        if (n >= 2) {
+            zmq_send(a->rep, zmq_msg_data(&f[1]), zmq_msg_size(&f[1]), ZMQ_SNDMORE);
+        } else {
+            send_str(a->rep, "", true);
+        }
+        send_str(a->rep, ok ? "200" : "400", true);
+        send_str(a->rep, ok ? "OK" : "key not admitted", true);
+        send_str(a->rep, user, true);
+        send_str(a->rep, "", false);
+        for (int i = 0; i < n; i++) {
+            zmq_msg_close(&f[i]);
+        }
+    }
+    return NULL;
+}
+
+int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size_t cap) {
+    *out = NULL;
+    srv_auth_t *a = rill_calloc(RILL_MEM_SERVER, 1, sizeof *a);
+    if (a == NULL) {
+        snprintf(msg, cap, "out of memory");
+        return -1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/server.key", dir);
+    if (srv_read_key(path, a->secret) != 0) {
+        snprintf(msg, cap, "%s: no Z85 secret key (rill keygen writes one)", path);
+        rill_free(a);
+        return -1;
+    }
+    snprintf(path, sizeof path, "%s/clients", dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0 || a->n_clients == MAX_CLIENTS) {
+            continue;
+        }
+        char kp[4400], z[41];
+        snprintf(kp, sizeof kp, "%s/%s", path, e->d_name);
+        if (srv_read_key(kp, z) != 0) {
+            snprintf(msg, cap, "%s: not a Z85 public key", kp);
+            closedir(d);
+            rill_free(a);
+            return -1;
+        }
+        zmq_z85_decode(a->clients[a->n_clients++], z);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    if (a->n_clients == 0) {
+        snprintf(msg, cap, "%s/*.pub: no client key: nobody could connect", path);
+        rill_free(a);
+        return -1;
+    }
+    a->rep = zmq_socket(ctx, ZMQ_REP);
+    int zero = 0;
+    zmq_setsockopt(a->rep, ZMQ_LINGER, &zero, sizeof zero);
+    if (a->rep == NULL || zmq_bind(a->rep, "inproc://zeromq.zap.01") != 0) {
+        snprintf(msg, cap, "ZAP handler: %s", zmq_strerror(zmq_errno()));
+        if (a->rep != NULL) {
+            zmq_close(a->rep);
+        }
+        rill_free(a);
+        return -1;
+    }
+    atomic_init(&a->stop, false);
+    if (pthread_create(&a->thread, NULL, zap_main, a) != 0) {
+        snprintf(msg, cap, "ZAP handler thread did not start");
+        zmq_close(a->rep);
+        rill_free(a);
+        return -1;
+    }
+    a->started = true;
+    *out = a;
+    return 0;
+}
+
+int srv_auth_server_socket(srv_auth_t *a, void *sock) {
+    int one = 1;
+    return zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &one, sizeof one) == 0 &&
+                   zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, a->secret, 40) == 0 &&
+                   zmq_setsockopt(sock, ZMQ_ZAP_DOMAIN, "rill", 4) == 0
+               ? 0
+               : -1;
+}
+
+void srv_auth_stop(srv_auth_t **ap) {
+    if (ap == NULL || *ap == NULL) {
+        return;
+    }
+    srv_auth_t *a = *ap;
+    if (a->started) {
+        atomic_store(&a->stop, true);
+        pthread_join(a->thread, NULL);
+    }
+    zmq_close(a->rep);
+    rill_free(a);
+    *ap = NULL;
+}

@@ -1,0 +1,61 @@
+/*
+ * rill_server.h - rilld: the daemon that serves sessions over ZeroMQ (DESIGN.md section 6; the
+ * wire contract is docs/protocol.md).
+ *
+ * rill_server_run() loads the model, starts the scheduler (scheduler/rill_scheduler.h), restores
+ * the sessions of the state directory, binds a ROUTER socket for requests and an XPUB socket for
+ * events, and serves until *stop becomes non-zero (a signal handler sets it); then it stops
+ * taking requests, snapshots every session, closes their logs and returns.
+ *
+ * Threads: the calling thread runs the socket loop (all ZeroMQ sockets live there); the
+ * scheduler's engine thread runs the model and hands answer tokens back through a queue the
+ * loop drains (woken through an eventfd it polls); with CURVE a ZAP handler thread
+ * authenticates connections.
+ */
+#ifndef RILL_SERVER_H
+#define RILL_SERVER_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rill_err.h"
+#include "rill_session.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_server_params {
+    const char *model_path;      /* GGUF file (required) */
+    int32_t threads;             /* compute threads; 0 (default): one per CPU */
+    int64_t kv_cells;            /* KV budget in token cells; default 65536 */
+    const char *request_ep;      /* default "tcp://127.0.0.1:7781" */
+    const char *event_ep;        /* default "tcp://127.0.0.1:7782" */
+    const char *curve_dir;       /* CURVE keys (docs/protocol.md, Security); NULL: none */
+    bool insecure_bind;          /* allow non-loopback endpoints without CURVE */
+    const char *state_dir;       /* logs, snapshots, metadata; default "rill-state" */
+    int32_t hwm;                 /* send high-water mark of both sockets; default 10000 */
+    int64_t max_msg;             /* largest request frame; default 1 MiB */
+    const char *question_format; /* printf format with one %s; default "\nQuestion: %s\nAnswer:" */
+    double tick_rate;            /* lines per second per session before ticks become bars;
+                                    default 20 */
+    int32_t default_window;      /* window of a session created without one; default 2048 */
+    int32_t default_sinks;       /* sinks of such a session; default 16 */
+    int32_t max_sessions;        /* default 256 */
+    rill_session_fsync_t fsync;  /* ingest logs; default RILL_SESSION_FSYNC_EVERYSEC */
+    const char *ready_file;      /* written (with the pid) once both sockets are bound; optional */
+    int64_t max_delay_ms;        /* scheduler step bound; default 50 */
+} rill_server_params_t;
+
+/* Defaults as documented per field (model_path NULL). */
+rill_server_params_t rill_server_default_params(void);
+
+/* Runs the daemon until *stop != 0. Messages go to stderr (start-up mode, errors). Returns 0
+ * after a clean shutdown; non-zero when start-up failed (the reason printed). */
+int rill_server_run(const rill_server_params_t *params, volatile sig_atomic_t *stop);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_SERVER_H */
