@@ -13,14 +13,15 @@
  *
  * A second table times attention over the paged F16 KV pool with SmolLM2's attention shape
  * (9 query heads, 3 KV heads, head_dim 64, pages of 16): a causal prefill of n_tok tokens of one
- * sequence, and one decode token over 512 and 4096 cached positions; ms per layer call and per
- * 30-layer step.
+ * sequence, and one decode token over 512, 4096 and 16384 cached positions, with each attention
+ * kernel (exact: llama.cpp's two-pass arithmetic; flash: the one-pass online softmax) side by
+ * side; ms per layer call and per 30-layer step.
  *
  * Output: tables on stdout, then one JSON object per row (prefix "JSON ").
  * Usage: bench_kernels [--types q4_1,q8_0,...] [--threads 1,2] [--tokens 1,64,512] [--ref]
- *                      [--min-time SECONDS]
+ *                      [--min-time SECONDS] [--no-attn] [--no-matmul]
  *   --ref adds the reference backend (for n_tok <= 64 only: it is slow by design);
- *   --no-attn skips the attention table.
+ *   --no-attn skips the attention table, --no-matmul the matmul table.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -191,7 +192,7 @@ int main(int argc, char **argv) {
     int n_types = parse_list("q4_0,q4_1,q8_0,q4_k,q5_k,q6_k,f16,bf16,f32", types, 16);
     int n_threads_list = parse_list("1,2", threads_s, 8);
     int n_tokens = parse_list("1,64,512", tokens_s, 8);
-    bool with_ref = false, with_attn = true;
+    bool with_ref = false, with_attn = true, with_matmul = true;
     double min_time = 1.0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--types") == 0 && i + 1 < argc) {
@@ -206,17 +207,24 @@ int main(int argc, char **argv) {
             with_ref = true;
         } else if (strcmp(argv[i], "--no-attn") == 0) {
             with_attn = false;
+        } else if (strcmp(argv[i], "--no-matmul") == 0) {
+            with_matmul = false;
         } else {
             fprintf(stderr,
                     "usage: %s [--types a,b] [--threads 1,2] [--tokens 1,64,512] [--ref] "
-                    "[--min-time s] [--no-attn]\n",
+                    "[--min-time s] [--no-attn] [--no-matmul]\n",
                     argv[0]);
             return 2;
         }
     }
+    if (!with_matmul) {
+        n_types = 0;
+    }
 
-    printf("%-5s %-10s %3s %5s %10s %10s %9s %9s\n", "type", "backend", "thr", "n_tok", "ms/step",
-           "tok/s", "GFLOP/s", "wGB/s");
+    if (n_types > 0) {
+        printf("%-5s %-10s %3s %5s %10s %10s %9s %9s\n", "type", "backend", "thr", "n_tok",
+               "ms/step", "tok/s", "GFLOP/s", "wGB/s");
+    }
     char json[64][512];
     int n_json = 0;
     for (int ti = 0; ti < n_types; ti++) {
@@ -333,8 +341,8 @@ int main(int argc, char **argv) {
         }
     }
     if (with_attn) {
-        printf("\n%-10s %3s %-22s %10s %12s\n", "backend", "thr", "attention", "ms/call",
-               "ms/30 layers");
+        printf("\n%-10s %3s %-18s %12s %12s %12s %12s %7s\n", "backend", "thr", "attention",
+               "exact ms", "exact 30L", "flash ms", "flash 30L", "f/e");
     }
     static const struct {
         const char *name;
@@ -342,30 +350,40 @@ int main(int argc, char **argv) {
     } attn[] = { { "prefill T=64", 64, 0 },
                  { "prefill T=512", 512, 0 },
                  { "decode ctx=512", 1, 512 },
-                 { "decode ctx=4096", 1, 4096 } };
+                 { "decode ctx=4096", 1, 4096 },
+                 { "decode ctx=16384", 1, 16384 } };
     for (int hi = 0; hi < (with_attn ? n_threads_list : 0); hi++) {
-        rill_backend_params_t p = rill_backend_default_params();
-        p.n_threads = atoi(threads_s[hi]);
-        p.max_batch = 512;
-        p.max_n_in = 1536;
-        rill_backend_t *b = NULL;
-        if (rill_backend_new(&p, &b) != RILL_OK) {
-            return 1;
-        }
-        for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
-            const double ms = time_attention(b, attn[a].n_tok, attn[a].n_ctx, min_time);
-            printf("%-10s %3d %-22s %10.3f %12.2f\n", rill_backend_name(b),
-                   rill_backend_n_threads(b), attn[a].name, ms, ms * N_LAYER);
-            if (n_json < 64) {
-                snprintf(json[n_json++], sizeof json[0],
-                         "{\"bench\":\"kernels_attention\",\"shape\":\"h9_kv3_d64_p16_f16\","
-                         "\"backend\":\"%s\",\"threads\":%d,\"n_tok\":%d,\"n_ctx\":%d,"
-                         "\"ms_per_call\":%.4f}",
-                         rill_backend_name(b), rill_backend_n_threads(b), attn[a].n_tok,
-                         attn[a].n_ctx, ms);
+        rill_backend_t *b[2] = { NULL, NULL }; /* [RILL_ATTN_EXACT], [RILL_ATTN_FLASH] */
+        for (int k = 0; k < 2; k++) {
+            rill_backend_params_t p = rill_backend_default_params();
+            p.n_threads = atoi(threads_s[hi]);
+            p.max_batch = 512;
+            p.max_n_in = 1536;
+            p.attn = k == 0 ? RILL_ATTN_EXACT : RILL_ATTN_FLASH;
+            if (rill_backend_new(&p, &b[k]) != RILL_OK) {
+                return 1;
             }
         }
-        rill_backend_destroy(&b);
+        for (size_t a = 0; a < sizeof attn / sizeof attn[0]; a++) {
+            double ms[2];
+            for (int k = 0; k < 2; k++) {
+                ms[k] = time_attention(b[k], attn[a].n_tok, attn[a].n_ctx, min_time);
+                if (n_json < 64) {
+                    snprintf(json[n_json++], sizeof json[0],
+                             "{\"bench\":\"kernels_attention\",\"shape\":\"h9_kv3_d64_p16_f16\","
+                             "\"backend\":\"%s\",\"attn\":\"%s\",\"threads\":%d,\"n_tok\":%d,"
+                             "\"n_ctx\":%d,\"ms_per_call\":%.4f}",
+                             rill_backend_name(b[k]), rill_attn_name(rill_backend_attn(b[k])),
+                             rill_backend_n_threads(b[k]), attn[a].n_tok, attn[a].n_ctx, ms[k]);
+                }
+            }
+            printf("%-10s %3d %-18s %12.3f %12.2f %12.3f %12.2f %7.2f\n", rill_backend_name(b[0]),
+                   rill_backend_n_threads(b[0]), attn[a].name, ms[0], ms[0] * N_LAYER, ms[1],
+                   ms[1] * N_LAYER, ms[1] / ms[0]);
+            fflush(stdout);
+        }
+        rill_backend_destroy(&b[0]);
+        rill_backend_destroy(&b[1]);
     }
     for (int i = 0; i < n_json; i++) {
         printf("JSON %s\n", json[i]);

@@ -65,7 +65,7 @@ static int measure(local_t *l, const int32_t *ids, int32_t n_tok, bool tg, int64
 }
 
 static int bench_model(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
     int64_t n_prompt = 512, n_gen = 128, reps = 3;
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_STRING, &lo.model_path, "GGUF model file (default: SmolLM2-135M)", 0,
@@ -78,6 +78,10 @@ static int bench_model(int argc, char **argv) {
         { "reps", "-r", CLI_INT, &reps, "measured runs per test (after one warm-up)", 1, 1000 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
         { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "attn", NULL, CLI_STRING, &lo.attn,
+          "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
+          "softmax, O(1) memory per query)",
+          0, -1 },
         { 0 },
     };
     const char *pos[1];
@@ -127,9 +131,9 @@ static int bench_model(int argc, char **argv) {
                threads, "tg", tg, tg_sd);
     }
     printf("{\"pp_tok_s\":%.3f,\"tg_tok_s\":%.3f,\"threads\":%d,\"model\":\"%s\","
-           "\"backend\":\"%s\",\"n_prompt\":%lld,\"n_gen\":%lld,\"reps\":%lld}\n",
-           pp, tg, threads, base, rill_backend_name(l.be), (long long)n_prompt, (long long)n_gen,
-           (long long)reps);
+           "\"backend\":\"%s\",\"attn\":\"%s\",\"n_prompt\":%lld,\"n_gen\":%lld,\"reps\":%lld}\n",
+           pp, tg, threads, base, rill_backend_name(l.be), rill_attn_name(rill_backend_attn(l.be)),
+           (long long)n_prompt, (long long)n_gen, (long long)reps);
     status = 0;
 done:
     rill_free(ids);
@@ -138,14 +142,28 @@ done:
     return status;
 }
 
+#define BENCH_USAGE                                                                             \
+    "usage: rill bench model [options]    prompt and generation tokens/s (like llama-bench)\n"  \
+    "       rill bench stream [options]   question latency on live streams: sessions against\n" \
+    "                                     stateless re-prefill\n"                               \
+    "(rill bench model --help, rill bench stream --help)\n"
+
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "model") == 0) {
         return bench_model(argc - 1, argv + 1);
     }
+    if (argc >= 2 && strcmp(argv[1], "stream") == 0) {
+#ifdef RILL_HAVE_BENCH_STREAM
+        return cmd_bench_stream(argc - 1, argv + 1);
+#else
+        fprintf(stderr, "rill bench stream: not built (needs the scheduler and ingest modules)\n");
+        return 1;
+#endif
+    }
     if (argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
-        printf("usage: rill bench model [options]   (rill bench model --help)\n");
+        fputs(BENCH_USAGE, stdout);
         return 0;
     }
-    fprintf(stderr, "usage: rill bench model [options]   (rill bench model --help)\n");
+    fputs(BENCH_USAGE, stderr);
     return 2;
 }

@@ -45,7 +45,7 @@ static char *apply_chat(const local_t *l, const char *prompt, const char *system
 }
 
 int cmd_generate(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
     const char *prompt = NULL, *system = NULL;
     bool chat = false;
     int64_t n_predict = 128;
@@ -71,6 +71,10 @@ int cmd_generate(int argc, char **argv) {
         { "threads", "-t", CLI_INT, &lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
         { "ctx", "-c", CLI_INT, &lo.n_ctx, "context size, 0 = min(model's, 4096)", 0, 1 << 24 },
         { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "attn", NULL, CLI_STRING, &lo.attn,
+          "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
+          "softmax, O(1) memory per query)",
+          0, -1 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
         { 0 },
     };
@@ -188,10 +192,11 @@ int cmd_generate(int argc, char **argv) {
     double pp_s = (double)(t1 - t0) / 1e9, tg_s = (double)(t2 - t1) / 1e9;
     fprintf(stderr,
             "rill generate: %lld prompt tokens in %.3f s (%.1f tok/s), %lld generated in %.3f s "
-            "(%.1f tok/s), stopped: %s; %s, %d threads\n",
+            "(%.1f tok/s), stopped: %s; %s, %d threads, %s attention\n",
             (long long)n_prompt, pp_s, (double)n_prompt / (pp_s > 0 ? pp_s : 1e-9),
             (long long)n_gen, tg_s, (double)n_gen / (tg_s > 0 ? tg_s : 1e-9), stop,
-            rill_backend_name(l.be), rill_backend_n_threads(l.be));
+            rill_backend_name(l.be), rill_backend_n_threads(l.be),
+            rill_attn_name(rill_backend_attn(l.be)));
     status = 0;
 done:
     rill_sampler_destroy(&sampler);

@@ -13,7 +13,7 @@
 #include "rill_alloc.h"
 
 int cmd_logits(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
     const char *tokens = NULL, *out_path = NULL;
     bool all = false;
     const cli_opt_t opts[] = {
@@ -27,6 +27,10 @@ int cmd_logits(int argc, char **argv) {
           -1 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
         { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "attn", NULL, CLI_STRING, &lo.attn,
+          "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
+          "softmax, O(1) memory per query)",
+          0, -1 },
         { "ctx", "-c", CLI_INT, &lo.n_ctx, "context size, 0 = the number of tokens", 0, 1 << 24 },
         { 0 },
     };

@@ -438,7 +438,7 @@ static bool read_line(FILE *f, char **buf, size_t *cap, bool *oom) {
 }
 
 int cmd_session_script(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
     int64_t cells = 8192, n_ctx = 0;
     const char *kv_mem = NULL;
     const cli_opt_t opts[] = {
@@ -455,6 +455,10 @@ int cmd_session_script(int argc, char **argv) {
         { "ctx", "-c", CLI_INT, &n_ctx, "positions a session may use, 0 = the model's context", 0,
           1 << 24 },
         { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "attn", NULL, CLI_STRING, &lo.attn,
+          "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
+          "softmax, O(1) memory per query)",
+          0, -1 },
         { "threads", "-t", CLI_INT, &lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
         { 0 },

@@ -39,6 +39,14 @@ int local_open(local_t *l, const local_opts_t *o) {
         fprintf(stderr, "rill: --backend must be cpu or ref, got '%s'\n", o->backend);
         goto fail;
     }
+    if (o->attn == NULL || strcmp(o->attn, "exact") == 0) {
+        bp.attn = RILL_ATTN_EXACT;
+    } else if (strcmp(o->attn, "flash") == 0) {
+        bp.attn = RILL_ATTN_FLASH;
+    } else {
+        fprintf(stderr, "rill: --attn must be exact or flash, got '%s'\n", o->attn);
+        goto fail;
+    }
     bp.n_threads = (int)o->threads;
     int64_t widest = l->hp->n_ff > l->hp->n_embd ? l->hp->n_ff : l->hp->n_embd;
     if (bp.max_n_in < widest) {

@@ -22,6 +22,7 @@ typedef struct local_opts {
     int64_t n_ctx;          /* 0: the model's training context, capped at 4096 */
     const char *backend;    /* "cpu" (default) or "ref" */
     const char *kv_type;    /* "f16" (default) or "f32" */
+    const char *attn;       /* attention kernel: "exact" (default; NULL too) or "flash" */
 } local_opts_t;
 
 typedef struct local {

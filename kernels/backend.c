@@ -10,8 +10,9 @@
  *
  * The RoPE angle helpers live here too because both backends must rotate by the very same floats,
  * and so does llama.cpp's arithmetic stated lane by lane (rill__ggml_*, rill__dot_ggml,
- * rill__attention_head_ref): the reference backend computes with it, the scalar kernels reuse it,
- * and the AVX2 kernels are its vector form, tested bit for bit against it. Where a formula below
+ * rill__attention_head_ref), and the flash kernel's (rill__attention_head_flash_ref): the
+ * reference backend computes with it, the scalar kernels reuse it, and the AVX2 kernels are its
+ * vector form, tested bit for bit against it. Where a formula below
  * looks odd (an FMA in one product but not the other, a tail summed differently from the body),
  * it is how llama.cpp's GCC build compiled the C source; the tests check each against bits
  * recorded from llama.cpp's library.
@@ -48,6 +49,7 @@ rill_backend_params_t rill_backend_default_params(void) {
     p.simd = RILL_SIMD_AUTO;
     p.max_batch = 512;
     p.max_n_in = 8192;
+    p.attn = RILL_ATTN_EXACT;
     return p;
 }
 
@@ -58,7 +60,8 @@ rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t 
     *out = NULL;
     rill_backend_params_t p = params != NULL ? *params : rill_backend_default_params();
     if (p.n_threads < 0 || p.n_threads > 512 || p.max_batch < 1 || p.max_n_in < 1 ||
-        (p.simd != RILL_SIMD_AUTO && p.simd != RILL_SIMD_SCALAR && p.simd != RILL_SIMD_AVX2)) {
+        (p.simd != RILL_SIMD_AUTO && p.simd != RILL_SIMD_SCALAR && p.simd != RILL_SIMD_AVX2) ||
+        (p.attn != RILL_ATTN_EXACT && p.attn != RILL_ATTN_FLASH)) {
         return RILL_EINVAL;
     }
     if ((double)p.max_batch * (double)p.max_n_in * 4.0 > 0x1p40) {
@@ -117,6 +120,20 @@ int32_t rill_backend_max_batch(const rill_backend_t *b) {
 
 int64_t rill_backend_max_n_in(const rill_backend_t *b) {
     return b != NULL ? b->params.max_n_in : 0;
+}
+
+rill_attn_t rill_backend_attn(const rill_backend_t *b) {
+    return b != NULL ? b->params.attn : RILL_ATTN_EXACT;
+}
+
+const char *rill_attn_name(rill_attn_t attn) {
+    switch (attn) {
+    case RILL_ATTN_EXACT:
+        return "exact";
+    case RILL_ATTN_FLASH:
+        return "flash";
+    }
+    return "?";
 }
 
 const char *rill_backend_last_error(const rill_backend_t *b) {
@@ -976,6 +993,50 @@ void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, cons
                            : (acc[l][d] + acc[16 + l][d]) + (acc[8 + l][d] + acc[24 + l][d]);
         }
         out[d] = batched ? rill__hsum_a(s) : rill__hsum_b(s);
+    }
+}
+
+void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool,
+                                    const int32_t *pages, int32_t kv_head, int32_t n_kv,
+                                    const float *q, float *out) {
+    const int32_t D = kv->head_dim;
+    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const float scale = 1.0f / sqrtf((float)D);
+    float qr[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
+    float acc[RILL_KV_MAX_HEAD_DIM], s[RILL_ATTN_FLASH_BLOCK];
+    for (int32_t d = 0; d < D; d++) {
+        qr[d] = f16 ? round_f16(q[d]) : q[d];
+        acc[d] = 0.0f;
+    }
+    float m = -INFINITY, sum = 0.0f;
+    for (int32_t j0 = 0; j0 < n_kv; j0 += RILL_ATTN_FLASH_BLOCK) {
+        const int32_t nb = n_kv - j0 < RILL_ATTN_FLASH_BLOCK ? n_kv - j0 : RILL_ATTN_FLASH_BLOCK;
+        float bm = -INFINITY;
+        for (int32_t i = 0; i < nb; i++) {
+            kv_row(kv, pool, pages, kv_head, j0 + i, 0, kr);
+            s[i] = (f16 ? rill__ggml_dot_f16(kr, qr, D) : rill__ggml_dot_f32(kr, qr, D)) * scale;
+            bm = bm > s[i] ? bm : s[i];
+        }
+        if (bm > m) { /* the first block too: c = exp(-inf) = 0 on zeros */
+            const float c = rill__ggml_expf(m - bm);
+            sum *= c;
+            for (int32_t d = 0; d < D; d++) {
+                acc[d] *= c;
+            }
+            m = bm;
+        }
+        for (int32_t i = 0; i < nb; i++) {
+            const float p = rill__ggml_expf(s[i] - m);
+            sum += p;
+            kv_row(kv, pool, pages, kv_head, j0 + i, 1, vr);
+            for (int32_t d = 0; d < D; d++) {
+                acc[d] = fmaf(p, vr[d], acc[d]);
+            }
+        }
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t d = 0; d < D; d++) {
+        out[d] = acc[d] * inv;
     }
 }
 

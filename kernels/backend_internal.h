@@ -205,4 +205,15 @@ void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, cons
                               int32_t kv_head, int32_t n_kv, bool batched, const float *q,
                               float *out);
 
+/* The flash kernel (RILL_ATTN_FLASH) for one query head over n_kv slots of one KV head, as
+ * rill_backend.h's Numerics states it: blocks of RILL_ATTN_FLASH_BLOCK slots from slot 0; per
+ * block the scores s_j = dot(K_j, q) * scale (the dots above; F16 pool: q rounded to f16), the
+ * block max bm (sequential, bm > s ? bm : s); if bm > m: c = ggml_expf(m - bm), S *= c, acc *= c,
+ * m = bm; then per slot in order p = ggml_expf(s_j - m), S += p, acc[d] = fmaf(p, V_j[d],
+ * acc[d]); out = acc * (1 / S). All f32; no dependence on the batch. The scalar and AVX2
+ * kernels give these bits. pages is the sequence's page table; out and q are (D,). */
+void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool,
+                                    const int32_t *pages, int32_t kv_head, int32_t n_kv,
+                                    const float *q, float *out);
+
 #endif /* RILL_BACKEND_INTERNAL_H */

@@ -29,7 +29,9 @@
  *
  * Attention, RMSNorm, SwiGLU: llama.cpp's own arithmetic (the non-flash attention path, ggml's
  * exp), operation for operation, so that their bits equal the reference backend's lane-by-lane
- * statement of it (backend.c) and llama.cpp's; see the attention section for how.
+ * statement of it (backend.c) and llama.cpp's; see the attention section for how. The flash
+ * attention kernel is rill's own (rill_backend.h, Numerics) and gives the bits of its reference
+ * statement the same way; see its section.
  */
 #include <math.h>
 #include <stdbool.h>
@@ -1318,6 +1320,248 @@ static AVX2 void attention(const rill__attn_task_t *a) {
     attention_split(a, 0, a->n_t, 0, a->n_q);
 }
 
+/* ---- flash attention ------------------------------------------------------------------------
+ *
+ * The one-pass kernel (rill__attention_head_flash_ref states it), for the n_t x nh queries of a
+ * run, block by block (FLASH_B = 32 slots from slot 0, any page size). Per block, the K rows
+ * (and, when 2+ queries share them, the V rows) of an F16 pool are widened to f32 once for all
+ * the run's queries; then per query:
+ *   - the scores of 8 rows at a time with the exact kernel's scores8 and tail (the same dot, so
+ *     the same bits), times the scale; the block max over the query's valid slots;
+ *   - when the max grows, c = ggml_expf8 of one broadcast value (its lane is rill__ggml_expf):
+ *     S = S * c, and acc * c folded into the V step below (the same two roundings);
+ *   - the weights ggml_expf8(s - m), 8 slots at a time; S summed one weight at a time in slot
+ *     order, as the reference does (a horizontal sum would round differently);
+ *   - acc[d] = fma(p_j, V_j[d], acc[d]) over the slots in order, 8 dims per vector and up to 64
+ *     dims in registers: each dim's chain is the reference's, dims are independent.
+ * A query's m, S and acc stay in the scratch between blocks, so memory is O(block) for any n_kv
+ * and the only split is when a run's queries do not fit (never for one query). A head_dim that
+ * is not a multiple of 8 goes to the scalar table's kernel (the same bits). */
+
+#define FLASH_B RILL_ATTN_FLASH_BLOCK
+
+/* Floats of scratch a flash run of nq queries needs: per query its q (rounded to K's type), acc
+ * (D each), one block's scores/weights (FLASH_B) and m, S (padded to 8); for an F16 pool the
+ * block's K and V rows in f32 (FLASH_B x D each). Every part starts 32-byte aligned (D % 8 ==
+ * 0). */
+static size_t flash_floats(int32_t nq, int32_t D, bool f16) {
+    return (size_t)nq * (size_t)(2 * D + FLASH_B + 8) + (f16 ? 2u * FLASH_B * (size_t)D : 0u);
+}
+
+/* acc[0, 64) = (rescale ? acc * c : acc), then acc[d] = fma(p[i], V_i[d0 + d], acc[d]) for the
+ * slots i < n in order; V_i at vr[i], f16 or f32 (a constant after inlining). */
+INLINE AVX2 void flash_v64(float *acc, const void *const *vr, int32_t d0, const float *p, int32_t n,
+                           bool rescale, __m256 c, const bool f16) {
+    __m256 a0 = _mm256_load_ps(acc), a1 = _mm256_load_ps(acc + 8);
+    __m256 a2 = _mm256_load_ps(acc + 16), a3 = _mm256_load_ps(acc + 24);
+    __m256 a4 = _mm256_load_ps(acc + 32), a5 = _mm256_load_ps(acc + 40);
+    __m256 a6 = _mm256_load_ps(acc + 48), a7 = _mm256_load_ps(acc + 56);
+    if (rescale) {
+        a0 = _mm256_mul_ps(a0, c), a1 = _mm256_mul_ps(a1, c), a2 = _mm256_mul_ps(a2, c);
+        a3 = _mm256_mul_ps(a3, c), a4 = _mm256_mul_ps(a4, c), a5 = _mm256_mul_ps(a5, c);
+        a6 = _mm256_mul_ps(a6, c), a7 = _mm256_mul_ps(a7, c);
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const __m256 pj = _mm256_broadcast_ss(p + i);
+        if (f16) {
+            const uint16_t *r = (const uint16_t *)vr[i] + d0;
+#define V16(k) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(r + 8 * (k))))
+            a0 = _mm256_fmadd_ps(pj, V16(0), a0);
+            a1 = _mm256_fmadd_ps(pj, V16(1), a1);
+            a2 = _mm256_fmadd_ps(pj, V16(2), a2);
+            a3 = _mm256_fmadd_ps(pj, V16(3), a3);
+            a4 = _mm256_fmadd_ps(pj, V16(4), a4);
+            a5 = _mm256_fmadd_ps(pj, V16(5), a5);
+            a6 = _mm256_fmadd_ps(pj, V16(6), a6);
+            a7 = _mm256_fmadd_ps(pj, V16(7), a7);
+#undef V16
+        } else {
+            const float *r = (const float *)vr[i] + d0;
+            a0 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r), a0);
+            a1 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 8), a1);
+            a2 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 16), a2);
+            a3 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 24), a3);
+            a4 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 32), a4);
+            a5 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 40), a5);
+            a6 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 48), a6);
+            a7 = _mm256_fmadd_ps(pj, _mm256_loadu_ps(r + 56), a7);
+        }
+    }
+    _mm256_store_ps(acc, a0), _mm256_store_ps(acc + 8, a1), _mm256_store_ps(acc + 16, a2);
+    _mm256_store_ps(acc + 24, a3), _mm256_store_ps(acc + 32, a4), _mm256_store_ps(acc + 40, a5);
+    _mm256_store_ps(acc + 48, a6), _mm256_store_ps(acc + 56, a7);
+}
+
+/* The V step of one query over all D dims: 64 at a time in registers, the rest (D % 64, a
+ * multiple of 8) one vector at a time. */
+static AVX2 void flash_v(float *acc, int32_t D, const void *const *vr, bool f16, const float *p,
+                         int32_t n, bool rescale, __m256 c) {
+    int32_t d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) {
+        if (f16) {
+            flash_v64(acc + d0, vr, d0, p, n, rescale, c, true);
+        } else {
+            flash_v64(acc + d0, vr, d0, p, n, rescale, c, false);
+        }
+    }
+    for (; d0 < D; d0 += 8) {
+        __m256 a = _mm256_load_ps(acc + d0);
+        if (rescale) {
+            a = _mm256_mul_ps(a, c);
+        }
+        for (int32_t i = 0; i < n; i++) {
+            a = _mm256_fmadd_ps(_mm256_broadcast_ss(p + i), load_kv8(f16, vr[i], d0), a);
+        }
+        _mm256_store_ps(acc + d0, a);
+    }
+}
+
+/* Tokens [t0, t0 + n_t) x query heads [h0, h0 + nh) of a task; the caller checked the scratch. */
+static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
+                           int32_t nh) {
+    const rill_kv_layout_t *kv = a->kv;
+    const int32_t D = kv->head_dim, P = kv->page_size, np = D & ~31;
+    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)D));
+    const int32_t nq = n_t * nh; /* query (t, i) is r = (t - t0) * nh + i */
+    int32_t n_kv_max = 0;
+    for (int32_t t = t0; t < t0 + n_t; t++) {
+        n_kv_max = a->tok[t].n_kv > n_kv_max ? a->tok[t].n_kv : n_kv_max;
+    }
+    /* scratch: q (nq x D), acc (nq x D), weights (nq x FLASH_B), m/S (nq x 8), K and V rows */
+    float *const qf = a->scratch, *const acc = qf + (size_t)nq * D;
+    float *const pw = acc + (size_t)nq * D, *const ms = pw + (size_t)nq * FLASH_B;
+    float *const kbuf = ms + (size_t)nq * 8, *const vbuf = kbuf + (size_t)FLASH_B * D;
+    /* V is widened once per block when queries share it; one query reads the f16 rows */
+    const bool v_copy = f16 && nq > 1, v_f16 = f16 && !v_copy;
+    for (int32_t r = 0; r < nq; r++) {
+        const float *qs = a->q + (size_t)(t0 + r / nh) * a->tok_stride + (size_t)(h0 + r % nh) * D;
+        for (int32_t d = 0; d < D; d += 8) {
+            __m256 v = _mm256_loadu_ps(qs + d);
+            if (f16) { /* Q meets K in K's type */
+                v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+            }
+            _mm256_store_ps(qf + (size_t)r * D + d, v);
+            _mm256_store_ps(acc + (size_t)r * D + d, _mm256_setzero_ps());
+        }
+        ms[(size_t)r * 8] = -INFINITY; /* m */
+        ms[(size_t)r * 8 + 1] = 0.0f;  /* S */
+    }
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const float *kr[FLASH_B];
+    const void *vr[FLASH_B];
+    for (int32_t j0 = 0; j0 < n_kv_max; j0 += FLASH_B) {
+        const int32_t nb = n_kv_max - j0 < FLASH_B ? n_kv_max - j0 : FLASH_B;
+        for (int32_t i = 0; i < nb; i++) {
+            const int32_t page = a->pages[(j0 + i) / P], row = (j0 + i) % P;
+            const uint8_t *k0 = rill__kv_ptr(kv, a->pool, page, a->kv_head, row, 0);
+            const uint8_t *v0 = rill__kv_ptr(kv, a->pool, page, a->kv_head, row, 1);
+            if (f16) {
+                float *kd = kbuf + (size_t)i * D;
+                for (int32_t d = 0; d < D; d += 8) {
+                    _mm256_store_ps(kd + d, _mm256_cvtph_ps(_mm_loadu_si128(
+                                                (const __m128i *)((const uint16_t *)k0 + d))));
+                }
+                kr[i] = kd;
+            } else {
+                kr[i] = (const float *)k0;
+            }
+            if (v_copy) {
+                float *vd = vbuf + (size_t)i * D;
+                for (int32_t d = 0; d < D; d += 8) {
+                    _mm256_store_ps(vd + d, _mm256_cvtph_ps(_mm_loadu_si128(
+                                                (const __m128i *)((const uint16_t *)v0 + d))));
+                }
+                vr[i] = vd;
+            } else {
+                vr[i] = v0;
+            }
+        }
+        for (int32_t i = nb; i < ((nb + 7) & ~7); i++) { /* scores8 reads whole groups of 8 */
+            kr[i] = zero_row;
+        }
+        for (int32_t r = 0; r < nq; r++) {
+            const int32_t n = a->tok[t0 + r / nh].n_kv - j0 < nb ? a->tok[t0 + r / nh].n_kv - j0
+                                                                 : nb; /* the query's slots */
+            if (n <= 0) {
+                continue;
+            }
+            const float *qr = qf + (size_t)r * D;
+            float *p = pw + (size_t)r * FLASH_B;
+            __m256 vmax = _mm256_set1_ps(-INFINITY);
+            for (int32_t c8 = 0; 8 * c8 < n; c8++) {
+                __m256 sc = scores8(kr + 8 * c8, qr, np);
+                if (np < D) { /* the dot's tail, lane by lane */
+                    _Alignas(32) float tl[8];
+                    _mm256_store_ps(tl, sc);
+                    for (int l = 0; l < 8; l++) {
+                        tl[l] = rill__ggml_dot_tail(kr[8 * c8 + l], qr, np, D, tl[l], f16);
+                    }
+                    sc = _mm256_load_ps(tl);
+                }
+                sc = _mm256_mul_ps(sc, scale);
+                _mm256_store_ps(p + 8 * c8, sc);
+                const __m256 valid =
+                    _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * c8), lane));
+                vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), sc, valid));
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            const float bm = _mm_cvtss_f32(m4);
+            float m = ms[(size_t)r * 8], S = ms[(size_t)r * 8 + 1];
+            const bool rescale = bm > m;
+            __m256 c = _mm256_setzero_ps();
+            if (rescale) {
+                c = ggml_expf8(_mm256_set1_ps(m - bm));
+                S *= _mm256_cvtss_f32(c);
+                m = bm;
+            }
+            const __m256 mv = _mm256_set1_ps(m);
+            for (int32_t c8 = 0; 8 * c8 < n; c8++) {
+                _mm256_store_ps(p + 8 * c8,
+                                ggml_expf8(_mm256_sub_ps(_mm256_load_ps(p + 8 * c8), mv)));
+            }
+            for (int32_t i = 0; i < n; i++) { /* in slot order, as the reference */
+                S += p[i];
+            }
+            flash_v(acc + (size_t)r * D, D, vr, v_f16, p, n, rescale, c);
+            ms[(size_t)r * 8] = m;
+            ms[(size_t)r * 8 + 1] = S;
+        }
+    }
+    for (int32_t r = 0; r < nq; r++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / ms[(size_t)r * 8 + 1]);
+        float *o = a->out + (size_t)(t0 + r / nh) * a->tok_stride + (size_t)(h0 + r % nh) * D;
+        for (int32_t d = 0; d < D; d += 8) {
+            _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_load_ps(acc + (size_t)r * D + d), inv));
+        }
+    }
+}
+
+/* Splits a run until its scratch fits: tokens first, then heads (one query always fits). */
+static AVX2 void flash_split(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
+                             int32_t nh) {
+    const bool f16 = a->kv->dtype == RILL_DTYPE_F16;
+    if (flash_floats(n_t * nh, a->kv->head_dim, f16) <= RILL__ATTN_SCRATCH || n_t * nh == 1) {
+        flash_run(a, t0, n_t, h0, nh);
+    } else if (n_t > 1) {
+        flash_split(a, t0, n_t / 2, h0, nh);
+        flash_split(a, t0 + n_t / 2, n_t - n_t / 2, h0, nh);
+    } else {
+        flash_split(a, t0, 1, h0, nh / 2);
+        flash_split(a, t0, 1, h0 + nh / 2, nh - nh / 2);
+    }
+}
+
+static AVX2 void attention_flash(const rill__attn_task_t *a) {
+    if (a->kv->head_dim % 8 != 0) {
+        rill__cpu_kernels_scalar()->attention_flash(a);
+        return;
+    }
+    flash_split(a, 0, a->n_t, 0, a->n_q);
+}
+
 static const rill__cpu_kernels_t avx2_kernels = {
     .name = "avx2",
     .tile = {
@@ -1366,6 +1610,7 @@ static const rill__cpu_kernels_t avx2_kernels = {
     .add = add,
     .to_f16 = to_f16,
     .attention = attention,
+    .attention_flash = attention_flash,
 };
 
 const rill__cpu_kernels_t *rill__cpu_kernels_avx2(void) {

@@ -16,7 +16,8 @@
  *   - Attention tasks are (up to 16 consecutive tokens of one sequence, KV head, group of query
  *     heads): a task converts and reads each K/V row once for all its queries. When that gives
  *     too few tasks to keep the threads busy, blocks shrink first, then groups are split
- *     (decode: 1 token x 3 KV heads).
+ *     (decode: 1 token x 3 KV heads). Both attention kernels (params.attn) run on this split;
+ *     neither's bits depend on it.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -255,7 +256,11 @@ static void attn_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
                 .out = j->out + ((size_t)t0 * j->n_head + h0) * D,
                 .scratch = rows,
             };
-            cpu(j->b)->k->attention(&a);
+            if (j->b->params.attn == RILL_ATTN_FLASH) {
+                cpu(j->b)->k->attention_flash(&a);
+            } else {
+                cpu(j->b)->k->attention(&a);
+            }
         }
     }
 }

@@ -24,10 +24,12 @@
 /* Most query heads one attention task handles (a GQA group larger than this is split). */
 #define RILL__ATTN_MAX_Q 16
 
-/* Floats of attention scratch per thread (256 KiB): the softmax row of every query of a task
- * (n_kv rounded up to 8 each) and, for an F16 pool, an f32 copy of the V rows they share. A task
- * that does not fit is split (tokens, then heads); a single row longer than this (65536 slots)
- * takes the slower scratch-free path. */
+/* Floats of attention scratch per thread (256 KiB). Exact kernel: the softmax row of every query
+ * of a task (n_kv rounded up to 8 each) and, for an F16 pool, an f32 copy of the V rows they
+ * share; a task that does not fit is split (tokens, then heads); a single row longer than this
+ * (65536 slots) takes the slower scratch-free path. Flash kernel: per query its f32 q, acc and
+ * one block's scores, plus the block's K/V rows in f32 (F16 pool); a task that does not fit is
+ * split the same way, and one query (< 17000 floats at D = 256) always fits. */
 #define RILL__ATTN_SCRATCH 65536
 
 /* y[t * y_stride] = dot(weight row w, act row t) for t < nt (1..RILL__TILE_T); act row t starts
@@ -94,6 +96,9 @@ typedef struct rill__cpu_kernels {
     void (*to_f16)(uint16_t *dst, const float *src, int64_t n);
     /* llama.cpp's non-flash attention of one task: rill__attention_head_ref's bits per head */
     void (*attention)(const rill__attn_task_t *task);
+    /* the flash kernel of one task: rill__attention_head_flash_ref's bits per head (batched is
+     * ignored); needs at most RILL__ATTN_SCRATCH floats of scratch for any n_kv */
+    void (*attention_flash)(const rill__attn_task_t *task);
 } rill__cpu_kernels_t;
 
 /* The portable table; always available. */

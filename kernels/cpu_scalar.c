@@ -2,11 +2,11 @@
  * cpu_scalar.c - the portable kernel table of the fast CPU backend.
  *
  * It is the fallback for CPUs without AVX2 and the second opinion in tests. Its dot products,
- * RMSNorm, SwiGLU, RoPE and attention are the reference backend's lane-by-lane statements of
- * llama.cpp's arithmetic (backend.c): there is no value in a second scalar formulation, and
- * sharing them means the scalar fast path differs from the reference backend only in threading
- * and tiling, which is exactly what the tests then isolate. So this table produces the AVX2
- * table's bits for every op, only slower.
+ * RMSNorm, SwiGLU, RoPE and attention (both kernels) are the reference backend's lane-by-lane
+ * statements of llama.cpp's arithmetic and of the flash kernel's (backend.c): there is no value in
+ * a second scalar formulation, and sharing them means the scalar fast path differs from the
+ * reference backend only in threading and tiling, which is exactly what the tests then isolate. So
+ * this table produces the AVX2 table's bits for every op, only slower.
  */
 #include <math.h>
 #include <string.h>
@@ -94,6 +94,17 @@ static void attention(const rill__attn_task_t *a) {
     }
 }
 
+static void attention_flash(const rill__attn_task_t *a) {
+    const int32_t D = a->kv->head_dim;
+    for (int32_t t = 0; t < a->n_t; t++) {
+        for (int32_t i = 0; i < a->n_q; i++) {
+            const size_t off = (size_t)t * a->tok_stride + (size_t)i * D;
+            rill__attention_head_flash_ref(a->kv, a->pool, a->pages, a->kv_head, a->tok[t].n_kv,
+                                           a->q + off, a->out + off);
+        }
+    }
+}
+
 static const rill__cpu_kernels_t scalar_kernels = {
     .name = "scalar",
     .tile = {
@@ -137,6 +148,7 @@ static const rill__cpu_kernels_t scalar_kernels = {
     .add = add,
     .to_f16 = to_f16,
     .attention = attention,
+    .attention_flash = attention_flash,
 };
 
 const rill__cpu_kernels_t *rill__cpu_kernels_scalar(void) {

@@ -13,9 +13,9 @@
  *   - every other op (RMSNorm, SwiGLU, RoPE, attention) is llama.cpp's own arithmetic, written
  *     out lane by lane in backend.c (rill__ggml_*, rill__attention_head_ref).
  *   So this backend states llama.cpp's numerics in plain loops, and the fast kernels must give
- *   its bits. Attention is llama.cpp's non-flash path (scores,
- *     softmax, weighted V) and recomputes scores instead of keeping an n_kv-long buffer, so it
- *     needs no scratch.
+ *   its bits. Attention is llama.cpp's non-flash path (scores, softmax, weighted V), recomputing
+ *   scores instead of keeping an n_kv-long buffer, or with params.attn = RILL_ATTN_FLASH the
+ *   one-pass online softmax (rill__attention_head_flash_ref); neither needs scratch.
  *
  * Scratch: one act row of max_n_in floats (the largest act row of any type fits in it).
  */
@@ -157,14 +157,20 @@ static rill_err_t ref_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, vo
 static rill_err_t ref_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
                                 float *out, const float *q, int32_t n_head) {
     const int32_t D = kv->head_dim, G = n_head / kv->n_kv_heads;
+    const bool flash = b->params.attn == RILL_ATTN_FLASH;
     /* llama.cpp multiplies V by KQ with tinyBLAS when the batch has 2+ tokens, else by vec_dot */
     const bool batched = b->n_tok >= 2;
     for (int32_t t = 0; t < b->n_tok; t++) {
         const int32_t *pages = b->seq[b->tok[t].seq].pages;
         for (int32_t h = 0; h < n_head; h++) {
             const size_t off = ((size_t)t * n_head + h) * D;
-            rill__attention_head_ref(kv, pool, pages, h / G, b->tok[t].n_kv, batched, q + off,
-                                     out + off);
+            if (flash) {
+                rill__attention_head_flash_ref(kv, pool, pages, h / G, b->tok[t].n_kv, q + off,
+                                               out + off);
+            } else {
+                rill__attention_head_ref(kv, pool, pages, h / G, b->tok[t].n_kv, batched, q + off,
+                                         out + off);
+            }
         }
     }
     return RILL_OK;

@@ -43,11 +43,13 @@
  *   type, or F32). K is stored after RoPE.
  *
  * Numerics (what "matches llama.cpp" means here)
- *   Both backends compute what llama.cpp's CPU backend computes (llama.cpp 0c1e57098, the
- *   portable AVX2 + FMA + F16C build, GCC: every rounding, every FMA it contracted), bit for
- *   bit: the reference backend states it in plain loops (backend.c), the fast backend's AVX2 and
- *   scalar kernels are tested to give the reference's bits, and tests/test_forward.c holds the
- *   forward pass to llama.cpp's logits exactly (KV cache F32, flash attention off).
+ *   With the default attention kernel (RILL_ATTN_EXACT) both backends compute what llama.cpp's
+ *   CPU backend computes (llama.cpp 0c1e57098, the portable AVX2 + FMA + F16C build, GCC: every
+ *   rounding, every FMA it contracted), bit for bit: the reference backend states it in plain
+ *   loops (backend.c), the fast backend's AVX2 and scalar kernels are tested to give the
+ *   reference's bits, and tests/test_forward.c holds the forward pass to llama.cpp's logits
+ *   exactly (KV cache F32, flash attention off). RILL_ATTN_FLASH (below) trades that for one pass
+ *   over the cache; every other op is the same either way.
  *   - matmul quantizes each input row once to the weight type's vec_dot type (rill_quant.h) as
  *     llama.cpp does, then forms each dot product as the kernel llama.cpp picks would: vec_dot
  *     (one token; K-quants below 8 tokens), tinyBLAS (F32/F16/BF16 from 2 tokens when E % 8 ==
@@ -67,14 +69,38 @@
  *     mode NORM rotates adjacent pairs (x[2i], x[2i+1]) and is what llama.cpp uses for
  *     LLM_ARCH_LLAMA; mode NEOX rotates (x[i], x[i + n_rot/2]) and is what it uses for
  *     LLM_ARCH_QWEN2.
- *   - attention: llama.cpp's non-flash path per (token, head): scores q.K_j with
- *     ggml_vec_dot_f32's accumulation order (F16 pool: q rounded to f16, ggml_vec_dot_f16),
+ *   - attention, RILL_ATTN_EXACT: llama.cpp's non-flash path per (token, head): scores q.K_j
+ *     with ggml_vec_dot_f32's accumulation order (F16 pool: q rounded to f16, ggml_vec_dot_f16),
  *     times 1/sqrt(D); softmax as soft_max_ext (max, ggml_v_expf of w - max, each 8 slots'
  *     sum added to a double, weights times (float)(1/sum); F16 pool: weights rounded to f16);
  *     the weighted sum of V in tinyBLAS's lane order for a batch of 2+ tokens, in
  *     ggml_vec_dot_f32's for one. Two passes over the slots (no online softmax: its rescaling
  *     rounds differently); the CPU backend keeps each query's softmax row in scratch sized at
  *     creation (below), the reference backend recomputes scores instead.
+ *   - attention, RILL_ATTN_FLASH: online softmax in one pass over the slots, in blocks of
+ *     RILL_ATTN_FLASH_BLOCK (32) slots counted from slot 0 (whatever the page size), per
+ *     (token, head), all in f32:
+ *       s_j  = dot(q, K_j) * (1/sqrt(D))      the exact kernel's dot (F16 pool: q rounded to f16,
+ *                                             ggml_vec_dot_f16; F32: ggml_vec_dot_f32), no mask
+ *       bm   = max of the block's s_j         (m starts at -inf, S at 0, acc[D] at 0)
+ *       if bm > m: c = ggml_expf(m - bm); S = S * c; acc[d] = acc[d] * c; m = bm
+ *       then per slot j of the block in order: p = ggml_expf(s_j - m); S = S + p;
+ *            acc[d] = fmaf(p, V_j[d], acc[d]) (V widened from f16, p never rounded to f16)
+ *       out[d] = acc[d] * (1 / S)
+ *     The rescale happens once per block, not per slot, and S and acc are single f32 sums in
+ *     slot order. The reference, scalar and AVX2 kernels give the same bits for every batch,
+ *     thread count and task split (a token's result never depends on its batch); finite inputs
+ *     assumed. It is neither llama.cpp's flash path (that one rescales per slot with libm's expf
+ *     and, for an F16 cache, accumulates V in f16) nor the exact kernel. Measured (tests/
+ *     test_kernels.c, V in [-1, 1]): against the exact kernel the output differs by up to 4e-7
+ *     (F32 pool) or 3.4e-4 (F16 pool, where the exact kernel rounds its weights to f16), against
+ *     a double-precision softmax by up to 3e-7 for either pool. Forward pass with an F16 cache
+ *     (tests/test_forward.c): logits within 1.7e-3 of their scale of llama.cpp's flash attention
+ *     on F32-weight models, 2e-2 on quantized ones (whose activation rounding amplifies any
+ *     attention difference: llama.cpp's own flash and non-flash paths differ as much), same
+ *     top-1 wherever its margin is clear. Memory: O(block) per query, so every n_kv runs on the
+ *     fast path. Speed: 0.8x the exact kernel's time for prefill, about 1x for decode
+ *     (docs/benchmarks.md).
  * A forward pass, once per step (T tokens, E = n_embd, F = n_ff, L layers):
  *     set_batch(batch)                              positions, slots, page tables
  *     get_rows(x, tok_embd, ids, T)                 x: (T, E)
@@ -130,6 +156,17 @@ typedef enum rill_simd {
     RILL_SIMD_AVX2 = 2    /* AVX2 + FMA + F16C; creation fails with RILL_EUNSUPPORTED without */
 } rill_simd_t;
 
+/* Attention kernel (both backends; see Numerics). Unlike RILL_SIMD there is no environment
+ * override: the two kernels round differently, so which one runs is always the caller's
+ * explicit choice (the CLI has --attn exact|flash). */
+typedef enum rill_attn {
+    RILL_ATTN_EXACT = 0, /* llama.cpp's non-flash arithmetic, bit for bit (default) */
+    RILL_ATTN_FLASH = 1  /* one-pass online softmax, f32 accumulators, O(block) memory */
+} rill_attn_t;
+
+/* Slots per block of the flash kernel's online softmax (part of its numerics). */
+#define RILL_ATTN_FLASH_BLOCK 32
+
 typedef struct rill_backend_params {
     rill_backend_kind_t kind; /* default RILL_BACKEND_CPU */
     int n_threads;            /* CPU: threads in all, caller included; 0 = one per online CPU
@@ -137,20 +174,23 @@ typedef struct rill_backend_params {
     rill_simd_t simd;         /* CPU: default RILL_SIMD_AUTO */
     int32_t max_batch;        /* most tokens in a batch / rows of one matmul call; default 512 */
     int64_t max_n_in;         /* widest matmul input row E; default 8192 */
+    rill_attn_t attn;         /* attention kernel; default RILL_ATTN_EXACT */
 } rill_backend_params_t;
 
 /* Scratch the CPU backend reserves at creation: max_batch * max_n_in * 4 bytes for the
- * quantized activations (16 MiB with the defaults), 256 KiB per thread for attention (softmax
- * rows, and an f32 copy of the V rows a task shares: a task needing more is split, and a single
- * query over more than 65536 slots takes a slower path that recomputes scores), plus the batch
- * metadata (32 bytes per token). REF reserves max_n_in * 4 bytes. Nothing is allocated per op
- * or per token. */
+ * quantized activations (16 MiB with the defaults), 256 KiB per thread for attention (exact:
+ * softmax rows, and an f32 copy of the V rows a task shares: a task needing more is split, and a
+ * single query over more than 65536 slots takes a slower path that recomputes scores; flash: the
+ * running state of a task's queries, one block's scores and its K/V rows in f32, which fits for
+ * every n_kv), plus the batch metadata (32 bytes per token). REF reserves max_n_in * 4 bytes.
+ * Nothing is allocated per op or per token. */
 
 /* Defaults as documented above. */
 rill_backend_params_t rill_backend_default_params(void);
 
 /* Creates a backend. params NULL means the defaults. Errors: RILL_EINVAL (a field out of range:
- * n_threads < 0 or > 512, max_batch < 1, max_n_in < 1 or max_batch * max_n_in * 4 > 2^40),
+ * n_threads < 0 or > 512, max_batch < 1, max_n_in < 1 or max_batch * max_n_in * 4 > 2^40,
+ * simd or attn not one of its enum's values),
  * RILL_EUNSUPPORTED (CUDA, or AVX2 forced on a CPU without it), RILL_ENOMEM, RILL_EINTERNAL
  * (a worker thread could not start). On error nothing is left allocated.
  * Caller owns *out; destroy with rill_backend_destroy(). */
@@ -169,6 +209,12 @@ int rill_backend_n_threads(const rill_backend_t *b);
 /* The limits it was created with. */
 int32_t rill_backend_max_batch(const rill_backend_t *b);
 int64_t rill_backend_max_n_in(const rill_backend_t *b);
+
+/* The attention kernel it was created with (RILL_ATTN_EXACT for NULL). */
+rill_attn_t rill_backend_attn(const rill_backend_t *b);
+
+/* "exact" or "flash" (static string; "?" for a value outside the enum). */
+const char *rill_attn_name(rill_attn_t attn);
 
 /* Detail of the last error returned by an op on b ("" after success is not guaranteed: read it
  * only right after an error). Borrowed; valid until the next call on b. */
@@ -325,11 +371,12 @@ int64_t rill_kv_pool_bytes(const rill_kv_layout_t *kv);
 rill_err_t rill_backend_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
                                  const float *k, const float *v);
 
-/* Grouped-query attention of the batch over the paged pool (llama.cpp's non-flash arithmetic,
- * see Numerics):
+/* Grouped-query attention of the batch over the paged pool, with the kernel chosen at creation
+ * (params.attn: llama.cpp's non-flash arithmetic, or the one-pass flash kernel; see Numerics):
  *   out[t, h, :] = sum_{s < n_kv(t)} softmax_s(q[t,h,:] . K[s, h / G, :] / sqrt(D)) V[s, h / G, :]
  * with q (T, n_head, D), out (T, n_head * D), G = n_head / Hkv (n_head a multiple of Hkv), K/V of
- * token t's sequence. out must not overlap q. Errors: RILL_EINVAL (no batch, invalid layout,
+ * token t's sequence. out must not overlap q. Any n_kv the page table covers runs with the
+ * scratch reserved at creation (no allocation). Errors: RILL_EINVAL (no batch, invalid layout,
  * n_head not a multiple of Hkv, n_kv beyond the page table, a page index out of range). */
 rill_err_t rill_backend_attention(rill_backend_t *b, const rill_kv_layout_t *kv, const void *pool,
                                   float *out, const float *q, int32_t n_head);

@@ -84,8 +84,8 @@ def t_tokenize_matches_llama_cpp():
         assert n >= 40, n
 
 
-def read_ref(model):
-    for line in open(os.path.join(REF, "logits.tsv")):
+def read_ref(model, tsv="logits.tsv"):
+    for line in open(os.path.join(REF, tsv)):
         if line.startswith("#"):
             continue
         f = line.rstrip("\n").split("\t")
@@ -117,6 +117,25 @@ def t_logits_matches_llama_cpp():
     assert len(txt) == 1 and len(txt[0].split()) == nv
     last = [float(x) for x in txt[0].split()]
     assert max(abs(a - b) for a, b in zip(last, want[-nv:])) <= 1e-4 * scale
+
+
+def t_logits_flash_attention():
+    # --attn flash with an F16 cache against llama.cpp's flash attention (tests/data/ref/flash/;
+    # tests/test_forward.c has the measured differences: 1.7e-3 of the scale at most here).
+    model = "rill-tiny-qwen2-F32.gguf"
+    tokens, rows, nv, want = read_ref(model, "flash/logits.tsv")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "l.f32")
+        run("logits", "--model", os.path.join(TINY, model), "--tokens", tokens, "--all",
+            "--kv-type", "f16", "--attn", "flash", "--out", out, "--threads", "2")
+        got = struct.unpack(f"<{rows * nv}f", open(out, "rb").read())
+    scale = max(abs(x) for x in want)
+    err = max(abs(a - b) for a, b in zip(got, want))
+    assert err <= 5e-3 * scale, (err, scale)
+    e = run("logits", "--model", os.path.join(TINY, model), "--tokens", "1", "--attn", "fast",
+            ok=(1,)).stderr
+    assert "--attn must be exact or flash" in e, e
+    assert "--attn" in run("generate", "--help").stdout
 
 
 def t_generate():

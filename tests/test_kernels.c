@@ -19,6 +19,12 @@
  *     a non-identity page table with several sequences mixed in one batch, and over a run of
  *     consecutive tokens with a long history (the fast kernel's scratch splitting), against a
  *     naive softmax, with F16 and F32 pools; KV store placement;
+ *   - the flash attention kernel (RILL_ATTN_FLASH): every backend gives the bits of its
+ *     reference statement (rill__attention_head_flash_ref) over GQA groups, head dims, page
+ *     sizes, n_kv from 1 to 3000, mixed batches and decode; it agrees with a double softmax and
+ *     with the exact kernel within measured tolerances, survives large score ranges (every
+ *     block rescaling, weights underflowing) and runs one query over 70000 slots without
+ *     allocating;
  *   - failure paths: the N-th allocation failing in creation (RILL_ENOMEM, nothing leaked), and
  *     RILL_EINVAL / RILL_ERANGE for bad arguments.
  *
@@ -28,6 +34,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1433,6 +1440,418 @@ START_TEST(test_attention_runs) {
 }
 END_TEST
 
+/* ---- the flash kernel (RILL_ATTN_FLASH) ---------------------------------------------------
+ *
+ * Every backend's flash kernel must give the reference's bits (rill__attention_head_flash_ref)
+ * for every shape, batch, thread count and task split; it must agree with a double-precision
+ * softmax, and with the exact kernel within a tolerance measured here (the largest differences
+ * seen are printed; the tolerances below are a few times those). */
+
+static rill_backend_t *make_backend_attn(rill_backend_kind_t kind, rill_simd_t simd, int threads,
+                                         rill_attn_t attn) {
+    rill_backend_params_t p = rill_backend_default_params();
+    p.kind = kind;
+    p.simd = simd;
+    p.n_threads = threads;
+    p.max_batch = 64;
+    p.max_n_in = 1024;
+    p.attn = attn;
+    rill_backend_t *b = NULL;
+    ck_assert_int_eq(rill_backend_new(&p, &b), RILL_OK);
+    ck_assert_int_eq(rill_backend_attn(b), attn);
+    return b;
+}
+
+/* One attention problem: n_seq sequences with hist[s] slots stored before the batch, then a
+ * batch whose token i belongs to sequence order[i] - '0' and takes that sequence's next slot
+ * (causal n_kv). Pages are spread over the pool in a scrambled order. */
+typedef struct flash_shape {
+    rill_dtype_t dtype;
+    int32_t P, D, hkv, n_head;
+    int32_t hist[3];
+    const char *order;
+    float kscale; /* K values in [-kscale, kscale] (q in [-2, 2], V in [-1, 1]) */
+} flash_shape_t;
+
+typedef struct flash_problem {
+    rill_kv_layout_t kv;
+    int32_t n_tok, n_seq, n_all[3];
+    int32_t *pages[3];
+    rill_page_table_t pts[3];
+    rill_batch_token_t tok[64];
+    float *k[3], *v[3]; /* (n_all, hkv, D) as the pool holds them */
+    float *q;           /* (T, n_head, D) */
+    uint8_t *image;     /* the pool's bytes */
+    size_t pool_bytes, out_floats;
+} flash_problem_t;
+
+static void flash_problem_init(flash_problem_t *pr, const flash_shape_t *sh) {
+    memset(pr, 0, sizeof *pr);
+    pr->n_tok = (int32_t)strlen(sh->order);
+    ck_assert_int_le(pr->n_tok, 64);
+    int32_t seen[3] = { 0, 0, 0 };
+    for (int32_t i = 0; i < pr->n_tok; i++) {
+        const int32_t s = sh->order[i] - '0';
+        ck_assert(s >= 0 && s < 3);
+        pr->n_seq = s + 1 > pr->n_seq ? s + 1 : pr->n_seq;
+        const int32_t slot = sh->hist[s] + seen[s]++;
+        pr->tok[i] = (rill_batch_token_t){ s, slot, slot, slot + 1 };
+    }
+    int32_t total_pages = 0, need[3];
+    for (int32_t s = 0; s < pr->n_seq; s++) {
+        pr->n_all[s] = sh->hist[s] + seen[s];
+        need[s] = (pr->n_all[s] + sh->P - 1) / sh->P;
+        need[s] = need[s] > 0 ? need[s] : 1;
+        total_pages += need[s];
+    }
+    total_pages += 3; /* pages no sequence uses */
+    pr->kv = (rill_kv_layout_t){ sh->dtype, sh->P, sh->hkv, sh->D, total_pages };
+    int32_t *perm = xmalloc((size_t)total_pages * 4);
+    for (int32_t i = 0; i < total_pages; i++) {
+        perm[i] = i;
+    }
+    for (int32_t i = total_pages - 1; i > 0; i--) { /* Fisher-Yates */
+        const int32_t j = (int32_t)(rng_next() % (uint64_t)(i + 1));
+        const int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    pr->pool_bytes = (size_t)rill_kv_pool_bytes(&pr->kv);
+    pr->image = calloc(pr->pool_bytes, 1);
+    ck_assert_ptr_nonnull(pr->image);
+    const int32_t hd = sh->hkv * sh->D;
+    for (int32_t s = 0, used = 0; s < pr->n_seq; s++) {
+        pr->pages[s] = xmalloc((size_t)need[s] * 4);
+        memcpy(pr->pages[s], perm + used, (size_t)need[s] * 4);
+        used += need[s];
+        pr->pts[s] = (rill_page_table_t){ pr->pages[s], need[s] };
+        const size_t n = (size_t)(pr->n_all[s] > 0 ? pr->n_all[s] : 1) * (size_t)hd;
+        pr->k[s] = xmalloc(n * 4);
+        pr->v[s] = xmalloc(n * 4);
+        for (int32_t j = 0; j < pr->n_all[s]; j++) {
+            for (int32_t h = 0; h < sh->hkv; h++) {
+                for (int32_t kv01 = 0; kv01 < 2; kv01++) {
+                    float *dst = (kv01 ? pr->v[s] : pr->k[s]) + ((size_t)j * sh->hkv + h) * sh->D;
+                    uint8_t *at = rill__kv_ptr(&pr->kv, pr->image, pr->pages[s][j / sh->P], h,
+                                               j % sh->P, kv01);
+                    for (int32_t d = 0; d < sh->D; d++) {
+                        const float x = pool_round(&pr->kv, rnd() * (kv01 ? 1.0f : sh->kscale));
+                        dst[d] = x;
+                        if (sh->dtype == RILL_DTYPE_F16) {
+                            ((uint16_t *)at)[d] = rill_f32_to_fp16(x);
+                        } else {
+                            ((float *)at)[d] = x;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    free(perm);
+    pr->out_floats = (size_t)pr->n_tok * sh->n_head * sh->D;
+    pr->q = xmalloc(pr->out_floats * 4);
+    fill(pr->q, (int64_t)pr->out_floats, 2.0f);
+}
+
+static void flash_problem_free(flash_problem_t *pr) {
+    for (int32_t s = 0; s < pr->n_seq; s++) {
+        free(pr->pages[s]);
+        free(pr->k[s]);
+        free(pr->v[s]);
+    }
+    free(pr->q);
+    free(pr->image);
+}
+
+/* Runs the batch on b; out gets (T, n_head * D) floats. */
+static void flash_problem_run(const flash_problem_t *pr, rill_backend_t *b, int32_t n_head,
+                              float *out) {
+    void *pool = NULL;
+    float *dq = NULL, *dout = NULL;
+    ck_assert_int_eq(rill_backend_alloc(b, pr->pool_bytes, &pool), RILL_OK);
+    ck_assert_int_eq(rill_backend_copy_in(b, pool, pr->image, pr->pool_bytes), RILL_OK);
+    ck_assert_int_eq(rill_backend_alloc(b, pr->out_floats * 4, (void **)&dq), RILL_OK);
+    ck_assert_int_eq(rill_backend_alloc(b, pr->out_floats * 4, (void **)&dout), RILL_OK);
+    ck_assert_int_eq(rill_backend_copy_in(b, dq, pr->q, pr->out_floats * 4), RILL_OK);
+    const rill_batch_t batch = { pr->n_tok, pr->tok, pr->n_seq, pr->pts };
+    ck_assert_int_eq(rill_backend_set_batch(b, &batch), RILL_OK);
+    const int64_t calls = rill_mem_calls();
+    ck_assert_int_eq(rill_backend_attention(b, &pr->kv, pool, dout, dq, n_head), RILL_OK);
+    ck_assert_int_eq(rill_mem_calls(), calls); /* nothing allocated on the op path */
+    ck_assert_int_eq(rill_backend_copy_out(b, out, dout, pr->out_floats * 4), RILL_OK);
+    rill_backend_free(b, pool);
+    rill_backend_free(b, dq);
+    rill_backend_free(b, dout);
+}
+
+/* softmax(q.K / sqrt(D)) V in double over the values the pool holds (q rounded to f16 for an
+ * F16 pool, as both kernels do). */
+static void flash_problem_oracle(const flash_problem_t *pr, int32_t n_head, float *out) {
+    const int32_t D = pr->kv.head_dim, hkv = pr->kv.n_kv_heads, G = n_head / hkv;
+    for (int32_t t = 0; t < pr->n_tok; t++) {
+        const rill_batch_token_t *tk = &pr->tok[t];
+        double *w = xmalloc((size_t)tk->n_kv * sizeof *w);
+        for (int32_t h = 0; h < n_head; h++) {
+            const float *qh = pr->q + ((size_t)t * n_head + h) * D;
+            double mx = -INFINITY, sum = 0.0;
+            for (int32_t j = 0; j < tk->n_kv; j++) {
+                const float *kr = pr->k[tk->seq] + ((size_t)j * hkv + h / G) * D;
+                double d = 0.0;
+                for (int32_t i = 0; i < D; i++) {
+                    d += (double)pool_round(&pr->kv, qh[i]) * kr[i];
+                }
+                w[j] = d / sqrt((double)D);
+                mx = w[j] > mx ? w[j] : mx;
+            }
+            for (int32_t j = 0; j < tk->n_kv; j++) {
+                w[j] = exp(w[j] - mx);
+                sum += w[j];
+            }
+            for (int32_t i = 0; i < D; i++) {
+                double acc = 0.0;
+                for (int32_t j = 0; j < tk->n_kv; j++) {
+                    acc += w[j] * pr->v[tk->seq][((size_t)j * hkv + h / G) * D + i];
+                }
+                out[((size_t)t * n_head + h) * D + i] = (float)(acc / sum);
+            }
+        }
+        free(w);
+    }
+}
+
+/* Largest differences seen over all cases (printed at the end of the tests). */
+static float g_flash_vs_exact[2], g_flash_vs_oracle[2], g_exact_vs_oracle[2];
+
+/* Tolerances, absolute, V in [-1, 1] (so |out| <= 1), [F32 pool, F16 pool], about 5x the
+ * largest differences seen over the cases below (2026-12-01: flash vs double 3.0e-7 / 3.1e-7,
+ * flash vs exact 3.6e-7 / 3.4e-4, exact vs double 2.1e-7 / 3.4e-4). Flash against the double
+ * oracle: f32 scores, ggml's exp (~1.5 ulp) and f32 sums over up to 3000 slots. Flash against
+ * exact: the exact kernel's f32 weights (F32 pool), or its weights rounded to f16 as llama.cpp
+ * converts KQ to V's type (F16 pool, 2^-11 relative each: the flash kernel is the closer of
+ * the two to the double oracle there). */
+static const float flash_tol_oracle[2] = { 2e-6f, 2e-6f };
+static const float flash_tol_exact[2] = { 2e-6f, 1.5e-3f };
+
+static void flash_case(const flash_shape_t *sh) {
+    flash_problem_t pr;
+    flash_problem_init(&pr, sh);
+    const size_t n = pr.out_floats;
+    float *want = xmalloc(n * 4), *got = xmalloc(n * 4), *exact = xmalloc(n * 4);
+    float *oracle = xmalloc(n * 4);
+    flash_problem_oracle(&pr, sh->n_head, oracle);
+    /* the reference's flash bits, per (token, head) straight from the statement */
+    for (int32_t t = 0; t < pr.n_tok; t++) {
+        for (int32_t h = 0; h < sh->n_head; h++) {
+            const size_t off = ((size_t)t * sh->n_head + h) * sh->D;
+            rill__attention_head_flash_ref(&pr.kv, pr.image, pr.pts[pr.tok[t].seq].pages,
+                                           h / (sh->n_head / sh->hkv), pr.tok[t].n_kv, pr.q + off,
+                                           want + off);
+        }
+    }
+    const struct {
+        rill_backend_kind_t kind;
+        rill_simd_t simd;
+        int threads;
+    } cfg[] = {
+        { RILL_BACKEND_REF, RILL_SIMD_AUTO, 1 },   { RILL_BACKEND_CPU, RILL_SIMD_SCALAR, 1 },
+        { RILL_BACKEND_CPU, RILL_SIMD_SCALAR, 2 }, { RILL_BACKEND_CPU, RILL_SIMD_AVX2, 1 },
+        { RILL_BACKEND_CPU, RILL_SIMD_AVX2, 2 },   { RILL_BACKEND_CPU, RILL_SIMD_AUTO, 2 }
+    };
+    for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
+        if (cfg[c].simd == RILL_SIMD_AVX2 && !rill__cpu_has_avx2()) {
+            continue;
+        }
+        rill_backend_t *b =
+            make_backend_attn(cfg[c].kind, cfg[c].simd, cfg[c].threads, RILL_ATTN_FLASH);
+        flash_problem_run(&pr, b, sh->n_head, got);
+        ck_assert_msg(memcmp(got, want, n * 4) == 0,
+                      "flash %s P=%d D=%d Hkv=%d H=%d order %s on %s (%d thr): not the "
+                      "reference's bits (max|d| %g)",
+                      rill_dtype_name(sh->dtype), sh->P, sh->D, sh->hkv, sh->n_head, sh->order,
+                      rill_backend_name(b), cfg[c].threads,
+                      (double)max_diff(got, want, (int64_t)n));
+        rill_backend_destroy(&b);
+    }
+    rill_backend_t *b = make_backend_attn(RILL_BACKEND_CPU, RILL_SIMD_AUTO, 2, RILL_ATTN_EXACT);
+    flash_problem_run(&pr, b, sh->n_head, exact);
+    rill_backend_destroy(&b);
+    const int f16 = sh->dtype == RILL_DTYPE_F16;
+    const float d_exact = max_diff(want, exact, (int64_t)n);
+    const float d_oracle = max_diff(want, oracle, (int64_t)n);
+    const float e_oracle = max_diff(exact, oracle, (int64_t)n);
+    g_flash_vs_exact[f16] = fmaxf(g_flash_vs_exact[f16], d_exact);
+    g_flash_vs_oracle[f16] = fmaxf(g_flash_vs_oracle[f16], d_oracle);
+    g_exact_vs_oracle[f16] = fmaxf(g_exact_vs_oracle[f16], e_oracle);
+    ck_assert_msg(d_oracle <= flash_tol_oracle[f16] && d_exact <= flash_tol_exact[f16],
+                  "flash %s P=%d D=%d H=%d order %s: max|d| vs double %g, vs exact %g",
+                  rill_dtype_name(sh->dtype), sh->P, sh->D, sh->n_head, sh->order, (double)d_oracle,
+                  (double)d_exact);
+    free(want);
+    free(got);
+    free(exact);
+    free(oracle);
+    flash_problem_free(&pr);
+}
+
+START_TEST(test_attention_flash_bits) {
+    static const flash_shape_t shapes[] = {
+        /* decode: one token, n_kv 1 (one slot), 2, 31/32/33 (block edges), long */
+        { RILL_DTYPE_F16, 16, 64, 3, 9, { 0 }, "0", 2.0f },
+        { RILL_DTYPE_F32, 16, 64, 3, 9, { 1 }, "0", 2.0f },
+        { RILL_DTYPE_F16, 16, 64, 3, 9, { 30 }, "0", 2.0f },
+        { RILL_DTYPE_F16, 16, 64, 3, 9, { 31 }, "0", 2.0f },
+        { RILL_DTYPE_F32, 16, 64, 3, 9, { 32 }, "0", 2.0f },
+        { RILL_DTYPE_F16, 16, 64, 3, 9, { 2999 }, "0", 2.0f },
+        { RILL_DTYPE_F32, 16, 128, 2, 4, { 1500 }, "0", 2.0f },
+        /* batches mixing sequences at different positions, out of order */
+        { RILL_DTYPE_F16, 16, 64, 2, 6, { 290, 17, 0 }, "0102000112", 2.0f },
+        { RILL_DTYPE_F32, 16, 64, 2, 6, { 290, 17, 0 }, "0102000112", 2.0f },
+        { RILL_DTYPE_F16, 16, 128, 4, 16, { 700, 45, 3 }, "22101000", 2.0f },
+        { RILL_DTYPE_F32, 16, 128, 4, 16, { 0, 99, 64 }, "0000000000000000000011112", 2.0f },
+        /* a long prefill run: tasks of 16 tokens, split to fit the scratch (D 128, G 8) */
+        { RILL_DTYPE_F16, 16, 128, 2, 16, { 1000 }, "000000000000000000000000000000000000", 2.0f },
+        { RILL_DTYPE_F32, 32, 64, 1, 20, { 40 }, "00000000000000000000", 2.0f }, /* G 20 > 16 */
+        /* GQA shapes: G = 1 and 3 */
+        { RILL_DTYPE_F16, 8, 64, 4, 4, { 77, 5 }, "0011", 2.0f },
+        { RILL_DTYPE_F32, 16, 64, 3, 9, { 500, 0, 250 }, "012012", 2.0f },
+        /* head dims: small and odd (scalar fallback), multiples of 8 with a dot tail, 64 + 8 */
+        { RILL_DTYPE_F16, 5, 12, 2, 6, { 13, 40 }, "00110", 2.0f },
+        { RILL_DTYPE_F32, 7, 3, 1, 2, { 100 }, "000", 2.0f },
+        { RILL_DTYPE_F16, 16, 8, 2, 4, { 70 }, "000", 2.0f },
+        { RILL_DTYPE_F16, 4, 40, 2, 4, { 33, 1 }, "01010", 2.0f },
+        { RILL_DTYPE_F32, 3, 72, 1, 3, { 65 }, "00", 2.0f },
+        { RILL_DTYPE_F32, 16, 256, 1, 2, { 200 }, "00", 2.0f },
+        /* odd page sizes: blocks straddle pages */
+        { RILL_DTYPE_F16, 7, 64, 2, 6, { 150, 9 }, "0101", 2.0f },
+        { RILL_DTYPE_F32, 33, 64, 2, 2, { 300 }, "0", 2.0f },
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        flash_case(&shapes[i]);
+    }
+    printf("flash vs reference flash: identical bits on every backend\n"
+           "max|d| F32 pool: flash-exact %.3g, flash-double %.3g, exact-double %.3g\n"
+           "max|d| F16 pool: flash-exact %.3g, flash-double %.3g, exact-double %.3g\n",
+           (double)g_flash_vs_exact[0], (double)g_flash_vs_oracle[0], (double)g_exact_vs_oracle[0],
+           (double)g_flash_vs_exact[1], (double)g_flash_vs_oracle[1], (double)g_exact_vs_oracle[1]);
+}
+END_TEST
+
+/* Scores with large magnitude differences: K of slot j scaled by a factor that grows (or
+ * shrinks, or jumps) along the slots, so that the block max grows block after block (every
+ * block rescales S and acc), stays behind an early peak, or leaves most weights at exactly 0.
+ * Against the double oracle and the reference's bits. */
+START_TEST(test_attention_flash_rescale) {
+    enum { D = 64, H = 2, N = 400 };
+    for (int mode = 0; mode < 4; mode++) {
+        for (int dt = 0; dt < 2; dt++) {
+            const rill_dtype_t dtype = dt ? RILL_DTYPE_F16 : RILL_DTYPE_F32;
+            const flash_shape_t sh = { dtype, 16, D, 1, H, { N - 1 }, "0", 1.0f };
+            flash_problem_t pr;
+            flash_problem_init(&pr, &sh);
+            /* q along a fixed direction; K_j = f(j) * u + noise: score_j ~ f(j) * |q| */
+            for (int32_t i = 0; i < H * D; i++) {
+                pr.q[i] = (i % 2 ? 1.0f : -1.0f) * 0.5f;
+            }
+            for (int32_t j = 0; j < N; j++) {
+                float f;
+                switch (mode) {
+                case 0: /* rising: scores from -40 to +40 */
+                    f = -40.0f + 80.0f * (float)j / (float)(N - 1);
+                    break;
+                case 1: /* an early peak, then falling far below it (weights underflow) */
+                    f = j == 5 ? 60.0f : -0.3f * (float)j;
+                    break;
+                case 2: /* steps of +20 every 50 slots: a rescale by e^-20 each */
+                    f = 20.0f * (float)(j / 50) - 60.0f;
+                    break;
+                default: /* alternating signs, growing */
+                    f = (j % 2 ? 1.0f : -1.0f) * 0.2f * (float)j;
+                    break;
+                }
+                float *kr = pr.k[0] + (size_t)j * D;
+                uint8_t *at = rill__kv_ptr(&pr.kv, pr.image, pr.pages[0][j / 16], 0, j % 16, 0);
+                for (int32_t d = 0; d < D; d++) {
+                    /* unit vector along q's signs times f / sqrt(D) * 2 */
+                    const float x =
+                        pool_round(&pr.kv, (d % 2 ? 1.0f : -1.0f) * f * (2.0f / sqrtf((float)D)) +
+                                               0.01f * rnd());
+                    kr[d] = x;
+                    if (dtype == RILL_DTYPE_F16) {
+                        ((uint16_t *)at)[d] = rill_f32_to_fp16(x);
+                    } else {
+                        ((float *)at)[d] = x;
+                    }
+                }
+            }
+            const size_t n = pr.out_floats;
+            float *want = xmalloc(n * 4), *got = xmalloc(n * 4), *oracle = xmalloc(n * 4);
+            flash_problem_oracle(&pr, H, oracle);
+            rill_backend_t *b =
+                make_backend_attn(RILL_BACKEND_REF, RILL_SIMD_AUTO, 1, RILL_ATTN_FLASH);
+            flash_problem_run(&pr, b, H, want);
+            rill_backend_destroy(&b);
+            for (int k = 0; k < 2; k++) {
+                if (k == 1 && !rill__cpu_has_avx2()) {
+                    continue;
+                }
+                b = make_backend_attn(RILL_BACKEND_CPU, k ? RILL_SIMD_AVX2 : RILL_SIMD_SCALAR, 2,
+                                      RILL_ATTN_FLASH);
+                flash_problem_run(&pr, b, H, got);
+                ck_assert_msg(memcmp(got, want, n * 4) == 0, "mode %d %s on %s: not the bits", mode,
+                              rill_dtype_name(dtype), rill_backend_name(b));
+                rill_backend_destroy(&b);
+            }
+            const float d = max_diff(want, oracle, (int64_t)n);
+            printf("flash rescale mode %d %s: max|d| vs double %.3g (max|out| %.3g)\n", mode,
+                   rill_dtype_name(dtype), (double)d, (double)max_abs(oracle, (int64_t)n));
+            /* scores reach |80| here: their f32 rounding (80 x 2^-24 = 5e-6) moves each weight
+             * by that much relative; seen up to 1.8e-6 */
+            ck_assert_msg(d <= 1e-5f, "mode %d %s: max|d| %g vs double", mode,
+                          rill_dtype_name(dtype), (double)d);
+            free(want);
+            free(got);
+            free(oracle);
+            flash_problem_free(&pr);
+        }
+    }
+}
+END_TEST
+
+/* One query over 70000 slots (an F16 pool, D 16): beyond the exact kernel's 65536-slot scratch
+ * row, the flash kernel still runs from its fixed scratch (no allocation, no slow path), gives
+ * the reference's bits, and agrees with the double oracle. */
+START_TEST(test_attention_flash_long) {
+    const flash_shape_t sh = { RILL_DTYPE_F16, 16, 16, 1, 2, { 69999 }, "0", 2.0f };
+    flash_problem_t pr;
+    flash_problem_init(&pr, &sh);
+    const size_t n = pr.out_floats;
+    float *want = xmalloc(n * 4), *got = xmalloc(n * 4), *oracle = xmalloc(n * 4);
+    flash_problem_oracle(&pr, 2, oracle);
+    rill_backend_t *b = make_backend_attn(RILL_BACKEND_REF, RILL_SIMD_AUTO, 1, RILL_ATTN_FLASH);
+    flash_problem_run(&pr, b, 2, want);
+    rill_backend_destroy(&b);
+    for (int k = 0; k < 2; k++) {
+        if (k == 1 && !rill__cpu_has_avx2()) {
+            continue;
+        }
+        b = make_backend_attn(RILL_BACKEND_CPU, k ? RILL_SIMD_AVX2 : RILL_SIMD_SCALAR, 2,
+                              RILL_ATTN_FLASH);
+        flash_problem_run(&pr, b, 2, got);
+        ck_assert_msg(memcmp(got, want, n * 4) == 0, "70000 slots on %s: not the reference's bits",
+                      rill_backend_name(b));
+        rill_backend_destroy(&b);
+    }
+    const float d = max_diff(want, oracle, (int64_t)n);
+    printf("flash, 70000 slots: max|d| vs double %.3g (max|out| %.3g)\n", (double)d,
+           (double)max_abs(oracle, (int64_t)n));
+    ck_assert_msg(d <= 1e-6f, "70000 slots: max|d| %g vs double", (double)d); /* seen 7e-8 */
+    free(want);
+    free(got);
+    free(oracle);
+    flash_problem_free(&pr);
+}
+END_TEST
+
 START_TEST(test_kv_store_placement) {
     rill_backend_t *bs[B_COUNT];
     make_all(bs);
@@ -1604,6 +2023,14 @@ START_TEST(test_bad_arguments) {
     p.n_threads = -1;
     ck_assert_int_eq(rill_backend_new(&p, &b), RILL_EINVAL);
     p = rill_backend_default_params();
+    p.attn = (rill_attn_t)2;
+    ck_assert_int_eq(rill_backend_new(&p, &b), RILL_EINVAL);
+    ck_assert_str_eq(rill_attn_name(RILL_ATTN_EXACT), "exact");
+    ck_assert_str_eq(rill_attn_name(RILL_ATTN_FLASH), "flash");
+    ck_assert_str_eq(rill_attn_name((rill_attn_t)2), "?");
+    ck_assert_int_eq(rill_backend_attn(NULL), RILL_ATTN_EXACT);
+    p = rill_backend_default_params();
+    ck_assert_int_eq(p.attn, RILL_ATTN_EXACT);
     p.kind = RILL_BACKEND_CUDA;
     ck_assert_int_eq(rill_backend_new(&p, &b), RILL_EUNSUPPORTED);
     ck_assert_ptr_null(b);
@@ -1774,6 +2201,13 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_attention_paged_f16);
     tcase_add_test(tc, test_attention_paged_f32);
     tcase_add_test(tc, test_attention_runs);
+    suite_add_tcase(s, tc);
+
+    tc = tcase_create("flash");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_attention_flash_bits);
+    tcase_add_test(tc, test_attention_flash_rescale);
+    tcase_add_test(tc, test_attention_flash_long);
     suite_add_tcase(s, tc);
 
     tc = tcase_create("failures");

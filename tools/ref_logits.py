@@ -31,8 +31,21 @@ sequence is one batch), KV cache F32 (type_k = type_v = F32; llama.cpp's own def
 flash attention off, mmap on, CPU only. Greedy decoding uses llama.cpp's greedy sampler (no
 penalties, temperature 0) and keeps going past end-of-generation tokens.
 
+With --flash, writes only --out/flash/ (nothing above is touched): references for rill's flash
+attention kernel, from llama.cpp with flash_attn=True and an F16 KV cache (type_k = type_v = F16),
+other settings as above:
+
+  flash/tiny-<model>.f32    every position of sequences a then b (as tiny/<model>.f32) for the
+                            models in FLASH_TINY
+  flash/smollm2_last.f32    default model: last-position logits of DEFAULT_LOGIT_TEXTS[2] (one
+                            row of n_vocab float32); the top-1 of every position of all three
+                            sequences is in flash/logits.tsv
+  flash/logits.tsv          as logits.tsv; rows 0 and file "-" for a top-1-only line
+  flash/index.json          settings, plus llama.cpp's own flash-vs-non-flash differences (F16
+                            cache, flash on, against F32 cache, flash off) per block
+
 Usage: ref_logits.py [--models tests/data/models] [--default-model models/SmolLM2-...gguf]
-                     [--out tests/data/ref] [--skip-default] [--skip-tiny]
+                     [--out tests/data/ref] [--skip-default] [--skip-tiny] [--flash]
 The tiny models must exist (tools/make_test_models.py) and match the SHA256SUMS it wrote.
 """
 
@@ -60,6 +73,14 @@ LLAMA_CPP_COMMIT = {"0.3.36": "0c1e57098"}
 
 N_THREADS = 2
 GGML_TYPE_F32 = 0
+GGML_TYPE_F16 = 1
+
+# --flash: the tiny models recorded (both architectures, and the SmolLM2-like mixed Q8_0/Q4_1
+# tied model) and the default-model sequence whose last-position logits are stored; kept to this
+# to stay near 400 KB.
+FLASH_TINY = ["rill-tiny-llama-F32.gguf", "rill-tiny-qwen2-F32.gguf",
+              "rill-tiny-llama-tied-Q4_1.gguf"]
+FLASH_DEFAULT_LOGITS = 2
 SEQ_LENS = {"a": 16, "b": 40}
 N_GENERATE = 64
 
@@ -155,11 +176,14 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def load(path: str, n_ctx: int) -> llama_cpp.Llama:
+def load(path: str, n_ctx: int, flash: bool = False) -> llama_cpp.Llama:
+    """flash False: the main references' settings (F32 cache, no flash attention); True: flash
+    attention with an F16 cache."""
+    kv_type = GGML_TYPE_F16 if flash else GGML_TYPE_F32
     return llama_cpp.Llama(
         path, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=n_ctx, n_threads=N_THREADS,
-        n_threads_batch=N_THREADS, logits_all=True, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
-        flash_attn=False, n_gpu_layers=0, verbose=False)
+        n_threads_batch=N_THREADS, logits_all=True, type_k=kv_type, type_v=kv_type,
+        flash_attn=flash, n_gpu_layers=0, verbose=False)
 
 
 def eval_logits(llm: llama_cpp.Llama, ids: list[int]) -> np.ndarray:
@@ -221,9 +245,10 @@ def write_vocab_cases(llm: llama_cpp.Llama, out_dir: str, model_file: str) -> di
             "n_cases": len(TOKENIZER_TEXTS), "add_special": False, "parse_special": False}
 
 
-def settings(n_ctx: int) -> dict:
+def settings(n_ctx: int, flash: bool = False) -> dict:
+    kv_type = "F16" if flash else "F32"
     return {"n_threads": N_THREADS, "n_ctx": n_ctx, "n_batch": n_ctx, "n_ubatch": n_ctx,
-            "type_k": "F32", "type_v": "F32", "flash_attn": False, "n_gpu_layers": 0}
+            "type_k": kv_type, "type_v": kv_type, "flash_attn": flash, "n_gpu_layers": 0}
 
 
 def tsv_ids(ids) -> str:
@@ -379,6 +404,87 @@ def do_default(model_path: str, out_dir: str, index: dict, tsv: list[str], gtsv:
     llm.close()
 
 
+# ------------------------------------------------------------------------------------------------
+# Flash attention references (--flash)
+
+
+def do_flash(models_dir: str, default_model: str | None, out_dir: str, index: dict,
+             tsv: list[str]) -> None:
+    sub = os.path.join(out_dir, "flash")
+    os.makedirs(sub, exist_ok=True)
+    if models_dir is not None:
+        sums = {}
+        for line in open(os.path.join(models_dir, "SHA256SUMS")):
+            digest, name = line.split()
+            sums[name] = digest
+        specs = {spec[0]: spec for spec in make_test_models.model_specs()}
+        index["tiny"] = {"settings": settings(256, flash=True), "models": []}
+        for fname in FLASH_TINY:
+            path = os.path.join(models_dir, fname)
+            digest = sha256_file(path)
+            if digest != sums.get(fname):
+                raise SystemExit(f"{fname}: sha256 {digest} does not match SHA256SUMS")
+            arch = specs[fname][1]
+            llm = load(path, 256, flash=True)
+            base = load(path, 256)
+            n_vocab = llm.n_vocab()
+            add_bos = bool(llm.metadata.get("tokenizer.ggml.add_bos_token", "false") == "true")
+            seqs = tiny_sequences(arch, n_vocab, llm.token_bos() if add_bos else None)
+            rel = f"flash/tiny-{fname[: -len('.gguf')]}.f32"
+            offset = 0
+            blocks = []
+            with open(os.path.join(out_dir, rel), "wb") as f:
+                for sname, ids in seqs.items():
+                    logits = eval_logits(llm, ids)
+                    plain = eval_logits(base, ids)
+                    top1 = logits.argmax(axis=1)
+                    d = float(np.abs(logits - plain).max())
+                    f.write(logits.astype("<f4").tobytes())
+                    blocks.append({"sequence": sname, "offset": offset, "rows": len(ids),
+                                   "top1": top1.tolist(), "max_abs_diff_vs_non_flash_f32_kv": d,
+                                   "top1_equal_non_flash": int((top1 == plain.argmax(1)).sum())})
+                    tsv.append("\t".join([rel, str(offset), str(len(ids)), str(n_vocab), fname,
+                                          digest, "all", tsv_ids(ids), tsv_ids(top1)]))
+                    offset += logits.nbytes
+                    print(f"flash {fname:32s} seq {sname}: llama.cpp flash vs non-flash "
+                          f"max|d| {d:.3g}")
+            index["tiny"]["models"].append({"model": fname, "sha256": digest, "arch": arch,
+                                            "file": rel, "blocks": blocks})
+            llm.close()
+            base.close()
+    if default_model is not None:
+        digest = sha256_file(default_model)
+        fname = os.path.basename(default_model)
+        llm = load(default_model, 1024, flash=True)
+        base = load(default_model, 1024)
+        n_vocab = llm.n_vocab()
+        rel = "flash/smollm2_last.f32"
+        seqs = []
+        for i, (special, text) in enumerate(DEFAULT_LOGIT_TEXTS):
+            if text is None:
+                text = chat_prompt(llm, "What is the capital of France?")
+            ids = tokenize(llm, text, add_special=True, parse_special=special)
+            logits = eval_logits(llm, ids)
+            plain = eval_logits(base, ids)
+            top1 = logits.argmax(axis=1)
+            d = float(np.abs(logits[-1] - plain[-1]).max())
+            keep = i == FLASH_DEFAULT_LOGITS
+            if keep:
+                logits[-1].astype("<f4").tofile(os.path.join(out_dir, rel))
+            seqs.append({"tokens": ids, "top1": top1.tolist(), "file": rel if keep else None,
+                         "last_max_abs_diff_vs_non_flash_f32_kv": d,
+                         "top1_equal_non_flash": int((top1 == plain.argmax(1)).sum())})
+            tsv.append("\t".join([rel if keep else "-", "0", "1" if keep else "0", str(n_vocab),
+                                  fname, digest, "last", tsv_ids(ids), tsv_ids(top1)]))
+            print(f"flash {fname}: sequence {i}: {len(ids)} tokens, last-position llama.cpp "
+                  f"flash vs non-flash max|d| {d:.3g}, top-1 equal "
+                  f"{seqs[-1]['top1_equal_non_flash']}/{len(ids)}")
+        index["default"] = {"model": fname, "sha256": digest, "n_vocab": n_vocab,
+                            "settings": settings(1024, flash=True), "sequences": seqs}
+        llm.close()
+        base.close()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=os.path.join(ROOT, "tests", "data", "models"))
@@ -387,6 +493,8 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "tests", "data", "ref"))
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument("--skip-default", action="store_true")
+    ap.add_argument("--flash", action="store_true",
+                    help="write only the flash-attention references (--out/flash/)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
 
@@ -400,6 +508,18 @@ def main() -> int:
              "numpy": np.__version__,
              "layout": "float32 little-endian, row-major (position, vocab)"}
     tsv = ["#file\toffset\trows\tn_vocab\tmodel\tmodel_sha256\tpositions\ttokens\ttop1"]
+    if args.flash:
+        do_flash(None if args.skip_tiny else args.models,
+                 None if args.skip_default else args.default_model, args.out, index, tsv)
+        sub = os.path.join(args.out, "flash")
+        with open(os.path.join(sub, "index.json"), "w", encoding="utf-8") as f:
+            json.dump(index, f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        with open(os.path.join(sub, "logits.tsv"), "w", encoding="utf-8") as f:
+            f.write("\n".join(tsv) + "\n")
+        total = sum(os.path.getsize(os.path.join(sub, fn)) for fn in os.listdir(sub))
+        print(f"wrote {sub} ({total} bytes)")
+        return 0
     gtsv = ["#model\tmodel_sha256\tprompt_id\tparse_special\tprompt_json\tprompt_tokens"
             "\tgenerated\tmargins"]
     if not args.skip_tiny:
