@@ -15,6 +15,8 @@
  *   INGEST    data fed to sessions (rill_sched_ingest*), shared system prompts
  *   STANDING  refreshes of standing queries
  *   SPEC      speculative replies (endpoint anticipation)
+ * A step that carries question work (DECODE, PREFILL) takes no STANDING or SPEC tokens: they
+ * would lengthen the step every waiting answer shares.
  *
  * Step size (adaptive chunked prefill). The engine fits its step times to t = a + b * tokens
  * (least squares over recent steps, older ones weighted down by 0.97 per step) and caps a step
@@ -39,10 +41,12 @@
  * Data version. A session's version is rill_session_seq(): it grows with every input call
  * (ingest, a committed turn). Answers carry the version they saw.
  *
- * Questions see every acknowledged input: a question on a session with queued data waits for
- * that data (which is raised to PREFILL class meanwhile), then runs on a fork at the session's
- * current state; the session itself is never changed by a question. Held-back text (the
- * unstable tail of text input, see rill_session_append_text) is not part of it until flushed.
+ * Questions see every input acknowledged before them: a question on a session with queued data
+ * waits until the data acknowledged before it is evaluated (that session's data is raised to
+ * PREFILL class meanwhile), then runs on a fork at that point; data acknowledged after the
+ * question is not waited for (the fork drops it). The session itself is never changed by a
+ * question. Held-back text (the unstable tail of text input, see rill_session_append_text) is
+ * not part of it until flushed.
  *
  * Standing queries. After a session's version changes, each of its standing queries is marked
  * stale; when a step has budget left after the higher classes, the engine starts a refresh on

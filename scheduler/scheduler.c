@@ -133,6 +133,8 @@ typedef struct req {
     int64_t submit_ns, first_ns, compute_ns;
     bool committed;   /* speculation: the real input arrived */
     int64_t computed; /* speculation: tokens evaluated on the branch while speculative */
+    int64_t target;   /* stream position (tokens) the request must see: the session's tokens
+                         acknowledged when it was asked; data that came later is not waited for */
     /* standing queries */
     bool stale;
     int64_t retry_step; /* no refresh before this step (after a reclaim) */
@@ -609,6 +611,21 @@ static void do_restore(rill_sched_t *sch, cmd_t *c) {
 
 /* ---- requests ------------------------------------------------------------------------------- */
 
+/* Tokens of the session's stream acknowledged so far: evaluated (evicted ones included) and
+ * queued. */
+static int64_t acknowledged(const sess_t *x) {
+    rill_session_stats_t st;
+    rill_session_stats(x->s, &st);
+    return st.n_seen + st.n_pending;
+}
+
+/* True when every token a waiting request must see has been evaluated. */
+static bool data_ready(const req_t *r) {
+    rill_session_stats_t st;
+    rill_session_stats(r->sess->s, &st);
+    return st.n_seen >= r->target;
+}
+
 /* Moves a waiting request onto a fork of its session once the session's queue is empty. */
 static void start_fork(rill_sched_t *sch, req_t *r) {
     rill_session_t *s = r->sess->s;
@@ -621,6 +638,10 @@ static void start_fork(rill_sched_t *sch, req_t *r) {
                    (int64_t)st.n_resident + r->n_question + r->ask.n_max <= sch->n_ctx;
     rill_err_t err =
         dropped ? rill_session_fork_unwindowed(s, &r->fork) : rill_session_fork(s, &r->fork);
+    if (err == RILL_OK && st.n_pending > 0) {
+        /* data acknowledged after the request: not its business (the fork drops its copy) */
+        err = rill_session_rollback(r->fork, st.n_resident);
+    }
     if (err == RILL_OK) {
         err = rill_session_feed(r->fork, r->question, r->n_question);
     }
@@ -673,6 +694,7 @@ static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **
     r->submit_ns = (int64_t)c->ret; /* the caller's clock at submission */
     r->phase = PH_WAIT;
     r->stale = true;
+    r->target = acknowledged(x);
     x->n_waiting++;
     r->next = sch->reqs;
     sch->reqs = r;
@@ -819,6 +841,7 @@ static void do_commit(rill_sched_t *sch, cmd_t *c) {
         r->computed = 0;
         drop_fork(r);
         r->phase = PH_WAIT;
+        r->target = acknowledged(r->sess);
         r->sess->n_waiting++;
         return;
     }
@@ -1013,6 +1036,7 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
 
 typedef struct builder {
     int32_t n_items, tokens, cap, logits;
+    bool questions; /* the step carries question work (decode, prefill, data a question awaits) */
 } builder_t;
 
 static bool room_for(const rill_sched_t *sch, const builder_t *b, bool logits) {
@@ -1043,6 +1067,7 @@ static void add_item(rill_sched_t *sch, builder_t *b, rill_session_t *s, req_t *
     sch->item_class[i] = cls;
     b->tokens += n;
     b->logits += logits;
+    b->questions |= cls == RILL_SCHED_DECODE || cls == RILL_SCHED_PREFILL;
 }
 
 static bool req_runs(const req_t *r) {
@@ -1092,11 +1117,14 @@ static int32_t build_step(rill_sched_t *sch) {
     /* waiting requests whose session has no queued data move onto forks */
     for (req_t *r = sch->reqs, *nx; r != NULL; r = nx) {
         nx = r->next;
-        if (r->phase == PH_WAIT && rill_session_pending(r->sess->s) == 0) {
+        if (r->phase == PH_WAIT && data_ready(r)) {
             start_fork(sch, r);
         }
     }
     for (int cls = RILL_SCHED_DECODE; cls < RILL_SCHED_N_CLASSES; cls++) {
+        if (cls >= RILL_SCHED_STANDING && b.questions) {
+            break; /* refreshes and speculation would lengthen a step questions are in */
+        }
         if (cls == RILL_SCHED_PREFILL || cls == RILL_SCHED_INGEST) {
             /* sessions' own queued data: PREFILL when a request waits for it */
             int32_t n = sch->n_sessions, k = 0;
@@ -1128,6 +1156,7 @@ static int32_t build_step(rill_sched_t *sch) {
                 if (r->kind == REQ_STANDING && r->phase == PH_IDLE && r->stale &&
                     sch->st.steps >= r->retry_step && rill_session_pending(r->sess->s) == 0) {
                     r->stale = false;
+                    r->target = acknowledged(r->sess);
                     r->sess->n_waiting++;
                     r->n_out = 0;
                     r->first_ns = 0;
@@ -1365,6 +1394,11 @@ static void *engine(void *arg) {
                 rill_free(c->toks);
                 rill_free(c);
             }
+        }
+        if (sch->finished != NULL) { /* answer the callers now, not after the next step */
+            pthread_mutex_lock(&sch->mu);
+            release_finished(sch);
+            pthread_mutex_unlock(&sch->mu);
         }
         bool worked = !stop && step(sch);
         pthread_mutex_lock(&sch->mu);
