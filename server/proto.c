@@ -273,7 +273,11 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
     if (root.type != MSGPACK_OBJECT_MAP) {
         return fail(msg, msglen, RILL_EFORMAT, "the request must be a map");
     }
+    /* The envelope is read in full before it is judged: the id first (so that every error
+     * reply carries it), then the version (a later version may add envelope keys, and must get
+     * EUNSUPPORTED, not EINVAL for a key this version does not know), then the rest. */
     const msgpack_object *v = NULL, *id = NULL, *cmd = NULL, *args = NULL;
+    const char *envelope_err = NULL;
     for (uint32_t i = 0; i < root.via.map.size; i++) {
         const msgpack_object *k = &root.via.map.ptr[i].key, *val = &root.via.map.ptr[i].val;
         const msgpack_object **slot = key_is(k, "v")      ? &v
@@ -282,14 +286,14 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
                                       : key_is(k, "args") ? &args
                                                           : NULL;
         if (slot == NULL) {
-            return fail(msg, msglen, RILL_EINVAL,
-                        "unknown key in the request (keys: v, id, "
-                        "cmd, args)");
+            envelope_err = envelope_err != NULL ? envelope_err
+                                                : "unknown key in the request (keys: v, id, "
+                                                  "cmd, args)";
+        } else if (*slot != NULL) {
+            envelope_err = envelope_err != NULL ? envelope_err : "a key given twice";
+        } else {
+            *slot = val;
         }
-        if (*slot != NULL) {
-            return fail(msg, msglen, RILL_EINVAL, "a key given twice");
-        }
-        *slot = val;
     }
     uint64_t u = 0;
     if (id != NULL && as_uint(id, &u) && u < (UINT64_C(1) << 63)) {
@@ -304,6 +308,9 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
     if (u != RILL_PROTO_VERSION) {
         return fail(msg, msglen, RILL_EUNSUPPORTED, "protocol version %llu (this is %d)",
                     (unsigned long long)u, RILL_PROTO_VERSION);
+    }
+    if (envelope_err != NULL) {
+        return fail(msg, msglen, RILL_EINVAL, "%s", envelope_err);
     }
     if (cmd == NULL || cmd->type != MSGPACK_OBJECT_STR) {
         return fail(msg, msglen, RILL_EINVAL, "cmd: a string is required");

@@ -66,7 +66,20 @@ typedef struct pend {
     rill_tokenizer_stream_t stream;
     char *answer; /* text so far */
     size_t answer_len, answer_cap;
+    int32_t n_tok; /* ask: answer tokens received */
+    bool cut;      /* ask: the answer ended (answer_end) and the rest was cancelled */
 } pend_t;
+
+/* CURVE: the name and owner of a closed session. An XPUB subscription cannot be taken back
+ * from its subscriber, so a closed session's name stays its owner's until rilld restarts (the
+ * restart drops every subscription; reconnecting subscribers are checked again): otherwise
+ * another key could create a session of that name and its events would reach the old owner's
+ * subscribers. */
+typedef struct tomb {
+    struct tomb *next;
+    char name[RILL_PROTO_MAX_NAME + 1];
+    char owner[OWNER_LEN];
+} tomb_t;
 
 /* What the engine thread hands to the socket thread. */
 typedef struct ev {
@@ -92,6 +105,7 @@ struct srv {
     rill_tick_decoder_t *tdec;
     rill_tick_t *ticks;
     srv_sess_t *sessions;
+    tomb_t *tombs; /* CURVE: names of closed sessions */
     pend_t *pends;
     int efd;
     pthread_mutex_t mu;
@@ -102,6 +116,7 @@ struct srv {
     uint64_t next_name;
     /* counters */
     int64_t requests, bad_requests, events, event_drops, reply_drops;
+    int64_t asks_cut; /* asks answered by their end (on_token_ev) and cancelled in the engine */
 };
 
 typedef struct srv srv_t;
@@ -394,38 +409,70 @@ static void ev_header(srv_t *s, msgpack_packer *pk, int n_fields, uint64_t seq, 
     pk_kv_str(pk, "kind", kind);
 }
 
-static void on_token_ev(srv_t *s, pend_t *p, int32_t token) {
-    char piece[64];
-    int64_t n = rill_tokenizer_stream_feed(s->tok, &p->stream, token, piece, sizeof piece);
-    if (n <= 0) {
-        return;
-    }
-    append_text(p, piece, (size_t)n);
-    if (p->standing) {
-        return; /* standing answers are published whole */
-    }
-    msgpack_packer pk;
-    ev_header(s, &pk, 2, ++p->sess->seq_token, p->sess, "token");
-    pk_kv_int(&pk, "rid", (int64_t)p->rid);
-    pk_str(&pk, "piece");
-    pk_strn(&pk, piece, (size_t)n);
-    char topic[128];
-    topic_of(p->sess, "token", topic, sizeof topic);
-    publish(s, topic);
-}
-
-/* Trims the model's continuation at the end of an answer ("\n\n" or a new "Question:"). */
+/* Trims the model's continuation at the end of an answer ("\n\n" or a new "Question:"); a
+ * starts after the leading blanks (answer_skip). */
 static size_t answer_len(const char *a, size_t n) {
     const char *cut = memmem(a, n, "\n\n", 2);
     const char *q = memmem(a, n, "\nQuestion:", 10);
     size_t m = n;
     m = cut != NULL && (size_t)(cut - a) < m ? (size_t)(cut - a) : m;
     m = q != NULL && (size_t)(q - a) < m ? (size_t)(q - a) : m;
-    while (m > 0 && (a[0] == ' ' || a[0] == '\n')) {
-        a++;
-        m--;
-    }
     return m;
+}
+
+/* Leading spaces and newlines of an answer, which are not part of it. */
+static size_t answer_skip(const char *a, size_t n) {
+    size_t skip = 0;
+    while (skip < n && (a[skip] == ' ' || a[skip] == '\n')) {
+        skip++;
+    }
+    return skip;
+}
+
+/* Where the answer so far ends in p->answer, or SIZE_MAX while it goes on. */
+static size_t answer_end(const pend_t *p) {
+    if (p->answer == NULL) {
+        return SIZE_MAX;
+    }
+    size_t skip = answer_skip(p->answer, p->answer_len);
+    size_t len = answer_len(p->answer + skip, p->answer_len - skip);
+    return skip + len < p->answer_len ? skip + len : SIZE_MAX;
+}
+
+static void on_token_ev(srv_t *s, pend_t *p, int32_t token) {
+    if (p->cut) {
+        return; /* decoded before the cancel reached the engine */
+    }
+    p->n_tok++;
+    char piece[64];
+    int64_t n = rill_tokenizer_stream_feed(s->tok, &p->stream, token, piece, sizeof piece);
+    if (n <= 0) {
+        return;
+    }
+    size_t before = p->answer_len;
+    append_text(p, piece, (size_t)n);
+    if (p->standing) {
+        return; /* standing answers are published whole */
+    }
+    size_t end = answer_end(p);
+    if (end != SIZE_MAX) {
+        /* the answer ended with this piece: the engine need not decode the rest (the doc's
+           "stopping at ... a newline pair"); publish what of the piece is still answer */
+        p->cut = true;
+        rill_sched_cancel(s->sch, p->rid);
+        n = end > before ? (int64_t)(end - before < (size_t)n ? end - before : (size_t)n) : 0;
+        if (n == 0) {
+            return;
+        }
+    }
+    msgpack_packer pk;
+    ev_header(s, &pk, 2, ++p->sess->seq_token, p->sess, "token");
+    pk_kv_int(&pk, "rid", (int64_t)p->req_id); /* the ask's request id, as the client knows it */
+    pk_str(&pk, "piece");
+    pk_strn(&pk, piece, (size_t)n);
+    char topic[128];
+    topic_of(p->sess, "token", topic, sizeof topic);
+    publish(s, topic);
 }
 
 static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
@@ -435,12 +482,17 @@ static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
         append_text(p, tail, (size_t)n);
     }
     const char *text = p->answer != NULL ? p->answer : "";
-    size_t skip = 0;
-    while (skip < p->answer_len && (text[skip] == ' ' || text[skip] == '\n')) {
-        skip++;
-    }
+    size_t skip = answer_skip(text, p->answer_len);
     size_t len = answer_len(text + skip, p->answer_len - skip);
-    const rill_sched_answer_t *a = &e->a;
+    rill_sched_answer_t *a = &e->a;
+    if (p->cut) {
+        /* cancelled by on_token_ev once the answer was complete (or finished meanwhile) */
+        if (a->status == RILL_ECANCELED) {
+            a->status = RILL_OK;
+            s->asks_cut++; /* the engine counts it as cancelled, not as answered */
+        }
+        a->n_tokens = p->n_tok;
+    }
     msgpack_packer pk;
     char topic[128];
     if (p->standing) {
@@ -467,7 +519,7 @@ static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
     }
     if (a->status == RILL_OK) {
         ev_header(s, &pk, 5, ++p->sess->seq_answer, p->sess, "answer");
-        pk_kv_int(&pk, "rid", (int64_t)p->rid);
+        pk_kv_int(&pk, "rid", (int64_t)p->req_id);
         pk_str(&pk, "answer");
         pk_strn(&pk, text + skip, len);
         pk_kv_dbl(&pk, "ttft_ms", (double)a->ttft_ns / 1e6);
@@ -561,6 +613,13 @@ static void do_create(srv_t *s, const call_t *c, const rill_proto_req_t *r) {
     if (find_sess(s, name, strlen(name)) != NULL) {
         reply_err(s, c, r->id, RILL_EEXIST, "a session of that name exists");
         return;
+    }
+    for (const tomb_t *t = s->tombs; t != NULL; t = t->next) {
+        if (strcmp(t->name, name) == 0 && strcmp(t->owner, c->owner) != 0) {
+            reply_err(s, c, r->id, RILL_EEXIST,
+                      "another key's session had that name (reserved until rilld restarts)");
+            return;
+        }
     }
     srv_sess_t *x = rill_calloc(RILL_MEM_SERVER, 1, sizeof *x);
     if (x == NULL || new_gov(s, x) != RILL_OK) {
@@ -660,6 +719,21 @@ static void do_close(srv_t *s, const call_t *c, const rill_proto_req_t *r, srv_s
         }
     }
     remove_files(s, x->name);
+    if (s->curve) {
+        bool known = false;
+        for (const tomb_t *t = s->tombs; t != NULL && !known; t = t->next) {
+            known = strcmp(t->name, x->name) == 0; /* then its owner is x's too */
+        }
+        tomb_t *t = known ? NULL : rill_calloc(RILL_MEM_SERVER, 1, sizeof *t);
+        if (t != NULL) {
+            snprintf(t->name, sizeof t->name, "%s", x->name);
+            snprintf(t->owner, sizeof t->owner, "%s", x->owner);
+            t->next = s->tombs;
+            s->tombs = t;
+        } else if (!known) {
+            RILL_LOGE("rilld: out of memory: the name %s is not reserved", x->name);
+        }
+    }
     free_sess(x);
     reply_err(s, c, r->id, err, "");
 }
@@ -885,7 +959,7 @@ static void do_server_stats(srv_t *s, const call_t *c, const rill_proto_req_t *r
     pk_kv_int(&pk, "free_pages", st.free_pages);
     pk_kv_int(&pk, "total_pages", st.total_pages);
     pk_kv_int(&pk, "reserved_pages", st.reserved_pages);
-    pk_kv_int(&pk, "questions", st.questions);
+    pk_kv_int(&pk, "questions", st.questions + s->asks_cut);
     pk_kv_int(&pk, "standing_refreshes", st.standing_refreshes);
     pk_kv_int(&pk, "standing_cache_hits", st.standing_cache_hits);
     pk_kv_int(&pk, "admission_rejects", st.admission_rejects);
@@ -1000,11 +1074,13 @@ static void recv_request(srv_t *s) {
         }
         more = zmq_msg_more(&m);
         if (n < 3) {
-            parts[n++] = m;
+            /* a zmq_msg_t is moved, never copied by assignment (zmq_msg_init(3)) */
+            zmq_msg_init(&parts[n]);
+            zmq_msg_move(&parts[n++], &m);
         } else {
             bad = true; /* more frames than a request has */
-            zmq_msg_close(&m);
         }
+        zmq_msg_close(&m);
     }
     if (n >= 2) {
         const char *owner = "";
@@ -1149,6 +1225,10 @@ static int start(srv_t *s) {
     s->router = zmq_socket(s->ctx, ZMQ_ROUTER);
     s->xpub = zmq_socket(s->ctx, ZMQ_XPUB);
     int one = 1;
+    /* Without it a ROUTER drops a reply it cannot queue (the peer's pipe at --hwm, or the peer
+     * gone) in silence; with it zmq_send fails (EAGAIN, EHOSTUNREACH: never blocks, the sends
+     * are ZMQ_DONTWAIT) and the reply is counted in reply_drops. */
+    zmq_setsockopt(s->router, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
     if (s->curve) {
         zmq_setsockopt(s->xpub, ZMQ_XPUB_MANUAL, &one, sizeof one);
     }
@@ -1197,6 +1277,11 @@ static void shutdown_all(srv_t *s) {
         srv_sess_t *x = s->sessions;
         s->sessions = x->next;
         free_sess(x);
+    }
+    while (s->tombs != NULL) {
+        tomb_t *t = s->tombs;
+        s->tombs = t->next;
+        rill_free(t);
     }
     if (s->router != NULL) {
         zmq_close(s->router);
