@@ -11,5 +11,12 @@ int cmd_bench_stream(int argc, char **argv); /* `rill bench stream` (cmd_bench_s
 int cmd_session_script(int argc, char **argv);
 int cmd_serve(int argc, char **argv);  /* `rill serve` / `rilld` (cmd_serve.c) */
 int cmd_keygen(int argc, char **argv); /* `rill keygen` (cmd_serve.c) */
+/* The client of a running rilld (cmd_client.c, clients/rill_client.h). */
+int cmd_session(int argc, char **argv);      /* `rill session new|close|list|stats|snapshot` */
+int cmd_ingest(int argc, char **argv);       /* `rill ingest NAME` (text, --ticks) */
+int cmd_ask(int argc, char **argv);          /* `rill ask NAME QUESTION` */
+int cmd_standing(int argc, char **argv);     /* `rill standing add|rm|ls` */
+int cmd_watch(int argc, char **argv);        /* `rill watch NAME` */
+int cmd_server_stats(int argc, char **argv); /* `rill server-stats` */
 
 #endif /* RILL_CLI_COMMANDS_H */

@@ -26,6 +26,14 @@ static const command_t commands[] = {
     { "serve", cmd_serve, "run the daemon (rilld): sessions over ZeroMQ, docs/protocol.md" },
     { "keygen", cmd_keygen, "write a CURVE key pair for rilld or a client" },
 #endif
+#ifdef RILL_HAVE_CLIENT
+    { "session", cmd_session, "sessions on a running rilld: new, close, list, stats, snapshot" },
+    { "ingest", cmd_ingest, "feed a session text from stdin, or market ticks (--ticks FILE)" },
+    { "ask", cmd_ask, "ask a question about a session's data; the answer streams" },
+    { "standing", cmd_standing, "standing queries of a session: add, rm, ls" },
+    { "watch", cmd_watch, "print the answers rilld pushes for a session's standing queries" },
+    { "server-stats", cmd_server_stats, "rilld's counters" },
+#endif
 };
 
 static void usage(FILE *f) {

@@ -220,6 +220,57 @@ def t_session_script():
     assert p.returncode != 0 and "frobnicate" in p.stderr, p.stderr
 
 
+def t_bench_stream():
+    """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
+    parse (one per question and mode, a summary per mode), and the export holds the stream."""
+    p = subprocess.run([RILL, "bench", "stream", "--help"], capture_output=True, text=True,
+                       timeout=60)
+    if p.returncode == 1 and "not built" in p.stderr:
+        # built only once scheduler/ and ingest/ are part of the build
+        assert not (os.path.exists(os.path.join(SRC, "scheduler", "CMakeLists.txt")) and
+                    os.path.exists(os.path.join(SRC, "ingest", "CMakeLists.txt"))), p.stderr
+        return
+    assert p.returncode == 0 and "--export" in p.stdout and "--sessions" in p.stdout, p.stdout
+    m = os.path.join(TINY, "rill-tiny-qwen2-Q8_0.gguf")
+    with tempfile.TemporaryDirectory() as d:
+        js, ex = os.path.join(d, "s.jsonl"), os.path.join(d, "s.export.json")
+        out = run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "2", "--rate",
+                  "50", "--every", "2", "--context", "128", "--answer", "4", "--stateless", "1",
+                  "-t", "1", "--json", js, "--export", ex).stdout
+        assert "| context <= |" in out, out
+        rows = [json.loads(line) for line in open(js)]
+        exp = json.load(open(ex))
+    qs = [r for r in rows if not r.get("summary")]
+    summ = {r["mode"]: r for r in rows if r.get("summary")}
+    assert set(summ) == {"rill", "stateless"}, summ
+    n_q = sum(len(s["questions"]) for s in exp["streams"])
+    assert n_q >= 2 and summ["rill"]["questions"] == n_q and summ["rill"]["failed"] == 0, summ
+    rill = [r for r in qs if r["mode"] == "rill"]
+    assert len(rill) == n_q and all(r["status"] == "OK" and r["n_answer"] == 4 and
+                                    r["ttft_ms"] > 0 and r["total_ms"] >= r["ttft_ms"]
+                                    for r in rill), rill
+    st = [r for r in qs if r["mode"] == "stateless"]
+    assert st and all(r["status"] == "OK" for r in st), st
+    assert 0 <= summ["rill"]["utilization"] <= 1, summ["rill"]
+    assert [b["le"] for b in summ["rill"]["buckets"]] == [256], summ["rill"]
+    # The export: every chunk's tokens, questions after a chunk, contexts that add up.
+    assert exp["format"] == "rill-stream" and len(exp["streams"]) == 2, exp.keys()
+    for s in exp["streams"]:
+        t = [c["t_ns"] for c in s["chunks"]]
+        assert t == sorted(t) and all(c["tokens"] and c["text"].endswith("\n")
+                                      for c in s["chunks"]), s
+        for q in s["questions"]:
+            n = len(exp["prompt"]) + sum(len(c["tokens"]) for c in s["chunks"][:q["after"]])
+            assert q["context"] == n <= 128, (q, n)
+    # Deterministic: the same options give the same stream.
+    with tempfile.TemporaryDirectory() as d:
+        ex2 = os.path.join(d, "again.json")
+        run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "2", "--rate", "50",
+            "--every", "2", "--context", "128", "--answer", "4", "-t", "1", "--export", ex2,
+            "--export-only")
+        assert json.load(open(ex2))["streams"] == exp["streams"]
+
+
 def main():
     if not os.path.exists(os.path.join(TINY, "rill-tiny-llama-F32.gguf")):
         print("SKIP: tests/data/models/ is empty (tools/make_test_models.py)")
