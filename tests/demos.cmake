@@ -1,0 +1,8 @@
+# The market demo end to end (demos/market/run.sh with rilld and the default model, a few
+# seconds): the README's main job, shortened.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME test_market_demo
+         COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_market_demo.py
+                 ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+set_tests_properties(test_market_demo PROPERTIES TIMEOUT 300 LABELS "integration"
+                     SKIP_RETURN_CODE 77)

@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""The market demo end to end (the README's main job, shortened): demos/market/run.sh starts
+rilld with the default model, market-demo streams two slow synthetic markets for 12 s (light enough for an ASan build), and
+the summary must show both sessions with ticks ingested, standing answers pushed, questions
+answered, and the re-prefill comparison; rilld must stop cleanly (its log says so).
+
+usage: test_market_demo.py SRC BUILD   (exit 77: the default model is missing)
+"""
+import os
+import re
+import subprocess
+import sys
+
+
+def main():
+    src, build = sys.argv[1], sys.argv[2]
+    if not os.path.exists(os.path.join(src, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")):
+        print("SKIP: the default model is missing (scripts/setup.sh fetches it)")
+        return 77
+    env = dict(os.environ, RILL_BUILD=build)
+    p = subprocess.run([os.path.join(src, "demos", "market", "run.sh"), "--duration", "12",
+                        "--sessions", "2", "--rate", "1", "--ask-every", "4"],
+                       cwd=src, env=env, capture_output=True, text=True, timeout=240)
+    out = p.stdout
+    print(out[-3000:])
+    print(p.stderr[-2000:], file=sys.stderr)
+    assert p.returncode == 0, f"run.sh exited {p.returncode}"
+    rows = re.findall(r"^(market-\d)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s", out, re.M)
+    assert [r[0] for r in rows] == ["market-1", "market-2"], rows
+    for name, ticks, lines, version, context, pushes in rows:
+        assert int(ticks) > 0 and int(lines) > 0 and int(context) > 0, (name, ticks, context)
+        assert int(version) > 0, (name, version)
+    assert sum(int(r[5]) for r in rows) > 0, "no standing answer was pushed"
+    assert re.search(r"\bask\s+ttft", out), "no interactive question was answered"
+    assert re.search(r"re-prefilling the same data .* \((\d+)x\)", out), "no re-prefill line"
+    state = re.search(r"are in (\S+)", out).group(1)
+    log = open(os.path.join(state, "rilld.log")).read()
+    assert "rilld: stopped" in log, log
+    print("ok: market demo")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
