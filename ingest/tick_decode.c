@@ -32,9 +32,9 @@
 #include "rill_msgpack.h"
 #include "rill_alloc.h"
 
-#define ZONE_CHUNK             (64 * 1024)
-#define MSG_CAP                320
-#define BATCH_LIMIT            (1 << 24)
+#define ZONE_CHUNK  (64 * 1024)
+#define MSG_CAP     320
+#define BATCH_LIMIT (1 << 24)
 
 struct rill_tick_decoder {
     rill_tick_decoder_params_t params;

@@ -1075,3 +1075,21 @@ void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w) {
     (void)b;
     (void)w;
 }
+
+rill_err_t rill__host_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                             int32_t *out) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const float *xr = x + r * n_cols;
+        int64_t best = 0;
+        float bv = -INFINITY;
+        for (int64_t i = 0; i < n_cols; i++) {
+            if (xr[i] > bv) { /* the first on ties; NaN never wins */
+                bv = xr[i];
+                best = i;
+            }
+        }
+        out[r] = (int32_t)best;
+    }
+    return RILL_OK;
+}

@@ -82,6 +82,8 @@ rill_err_t rill__host_copy(rill_backend_t *b, void *dst, const void *src, size_t
 rill_err_t rill__host_zero(rill_backend_t *b, void *dst, size_t bytes);
 rill_err_t rill__host_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host);
 void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w);
+rill_err_t rill__host_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                             int32_t *out);
 
 /* Constructors of the two CPU backends (params already checked and resolved). */
 rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out);

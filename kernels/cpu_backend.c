@@ -310,24 +310,6 @@ static rill_err_t cpu_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
     return RILL_OK;
 }
 
-static rill_err_t cpu_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
-                             int32_t *out) {
-    (void)b;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * n_cols;
-        int64_t best = 0;
-        float bv = -INFINITY;
-        for (int64_t i = 0; i < n_cols; i++) {
-            if (xr[i] > bv) {
-                bv = xr[i];
-                best = i;
-            }
-        }
-        out[r] = (int32_t)best;
-    }
-    return RILL_OK;
-}
-
 static const rill_backend_ops_t cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = rill__host_alloc,
@@ -348,7 +330,7 @@ static const rill_backend_ops_t cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .kv_rope_shift = cpu_kv_rope_shift,
-    .argmax = cpu_argmax,
+    .argmax = rill__host_argmax,
 };
 
 /* The kernel table for the requested SIMD level (AUTO consults RILL_SIMD), or NULL when AVX2 is

@@ -195,24 +195,6 @@ static rill_err_t ref_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
     return RILL_OK;
 }
 
-static rill_err_t ref_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
-                             int32_t *out) {
-    (void)b;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * n_cols;
-        int64_t best = 0;
-        float bv = -INFINITY;
-        for (int64_t i = 0; i < n_cols; i++) {
-            if (xr[i] > bv) {
-                bv = xr[i];
-                best = i;
-            }
-        }
-        out[r] = (int32_t)best;
-    }
-    return RILL_OK;
-}
-
 static const rill_backend_ops_t ref_ops = {
     .destroy = ref_destroy,
     .alloc = rill__host_alloc,
@@ -233,7 +215,7 @@ static const rill_backend_ops_t ref_ops = {
     .kv_store = ref_kv_store,
     .attention = ref_attention,
     .kv_rope_shift = ref_kv_rope_shift,
-    .argmax = ref_argmax,
+    .argmax = rill__host_argmax,
 };
 
 rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
