@@ -898,6 +898,29 @@ def t_restart():
             d.kill()
 
 
+def t_config():
+    """--config FILE: settings from 'option = value' lines, the command line over them; a bad
+    line stops rilld before it binds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = os.path.join(tmp, "rilld.conf")
+        with open(cfg, "w") as f:
+            f.write("# defaults of this deployment\nwindow = 512\nsinks = 32  # sink tokens\n"
+                    "\nmax-sessions = 1\n")
+        with Rilld(os.path.join(tmp, "state"), "--config", cfg, "--sinks", "48") as d:
+            c = Client(d)
+            name = c.call("session.create")["session"]
+            st = c.call("session.stats", session=name)
+            assert (st["window"], st["sinks"]) == (512, 48), st  # file, then command line
+            assert c.err("session.create") == "EFULL"  # max-sessions = 1
+            c.close()
+        with open(cfg, "w") as f:
+            f.write("window = 512\nno-such-option = 3\n")
+        d = Rilld(os.path.join(tmp, "state2"), "--config", cfg)
+        d.start(expect_exit=True)
+        assert d.proc.wait(30) != 0, "rilld accepted a bad config line"
+        assert "no-such-option" in d.log(), d.log()
+
+
 def main():
     global CTX
     if zmq is None:
