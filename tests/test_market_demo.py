@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The market demo end to end (the README's main job, shortened): demos/market/run.sh starts
-rilld with the default model, market-demo streams two slow synthetic markets for 12 s (light enough for an ASan build), and
+rilld with the default model, market-demo streams two slow synthetic markets for 16 s (light enough that an ASan build
+sharing two cores with another test still has idle time for the standing refreshes), and
 the summary must show both sessions with ticks ingested, standing answers pushed, questions
 answered, and the re-prefill comparison; rilld must stop cleanly (its log says so).
 
@@ -18,8 +19,8 @@ def main():
         print("SKIP: the default model is missing (scripts/setup.sh fetches it)")
         return 77
     env = dict(os.environ, RILL_BUILD=build)
-    p = subprocess.run([os.path.join(src, "demos", "market", "run.sh"), "--duration", "12",
-                        "--sessions", "2", "--rate", "1", "--ask-every", "4"],
+    p = subprocess.run([os.path.join(src, "demos", "market", "run.sh"), "--duration", "16",
+                        "--sessions", "2", "--rate", "0.5", "--ask-every", "6"],
                        cwd=src, env=env, capture_output=True, text=True, timeout=240)
     out = p.stdout
     print(out[-3000:])
