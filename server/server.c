@@ -81,7 +81,12 @@ typedef struct tomb {
     char owner[OWNER_LEN];
 } tomb_t;
 
-/* What the engine thread hands to the socket thread. */
+/* What the engine thread hands to the socket thread: answer tokens and finished answers, in the
+ * order the engine produced them, in a fixed ring (no allocation per token); a finished answer
+ * carries its ev_t (one allocation per answer). When the ring is full, events go to an
+ * allocated overflow list, and stay there until it is drained, so the order holds. */
+#define EV_RING 4096
+
 typedef struct ev {
     struct ev *next;
     rill_sched_rid_t rid;
@@ -91,6 +96,12 @@ typedef struct ev {
     int32_t *tokens;
     char message[200];
 } ev_t;
+
+typedef struct ev_slot {
+    rill_sched_rid_t rid;
+    int32_t token;
+    ev_t *done; /* a finished answer, or NULL for a token */
+} ev_slot_t;
 
 struct srv {
     rill_server_params_t p;
@@ -109,7 +120,9 @@ struct srv {
     pend_t *pends;
     int efd;
     pthread_mutex_t mu;
-    ev_t *ev_head, *ev_tail; /* (mu) */
+    ev_slot_t *ring, *spare; /* [EV_RING] each; ring and ring_n under mu, spare the drainer's */
+    int32_t ring_n;
+    ev_t *ev_head, *ev_tail; /* (mu) overflow, in order after the ring */
     msgpack_sbuffer out;
     bool curve;
     srv_auth_t *auth;
@@ -309,29 +322,38 @@ static void restore_all(srv_t *s) {
 
 /* ---- the engine's callbacks (engine thread) ------------------------------------------------- */
 
-static void push_ev(srv_t *s, ev_t *e) {
+/* Queues a token (done NULL) or a finished answer for the socket thread and wakes it when the
+ * queue was empty. */
+static void push_ev(srv_t *s, rill_sched_rid_t rid, int32_t token, ev_t *done) {
     pthread_mutex_lock(&s->mu);
-    if (s->ev_tail != NULL) {
-        s->ev_tail->next = e;
+    bool was_empty = s->ring_n == 0 && s->ev_head == NULL;
+    if (s->ev_head == NULL && s->ring_n < EV_RING) {
+        s->ring[s->ring_n++] = (ev_slot_t){ .rid = rid, .token = token, .done = done };
     } else {
-        s->ev_head = e;
+        ev_t *e = done;
+        if (e == NULL && (e = rill_calloc(RILL_MEM_SERVER, 1, sizeof *e)) != NULL) {
+            e->rid = rid;
+            e->token = token;
+        }
+        if (e != NULL) { /* a token lost to memory: the answer event still has the text */
+            if (s->ev_tail != NULL) {
+                s->ev_tail->next = e;
+            } else {
+                s->ev_head = e;
+            }
+            s->ev_tail = e;
+        }
     }
-    s->ev_tail = e;
     pthread_mutex_unlock(&s->mu);
-    uint64_t one = 1;
-    ssize_t w = write(s->efd, &one, sizeof one);
-    (void)w;
+    if (was_empty) {
+        uint64_t one = 1;
+        ssize_t w = write(s->efd, &one, sizeof one);
+        (void)w;
+    }
 }
 
 static void cb_token(void *user, rill_sched_rid_t rid, int32_t token) {
-    srv_t *s = user;
-    ev_t *e = rill_calloc(RILL_MEM_SERVER, 1, sizeof *e);
-    if (e == NULL) {
-        return; /* the answer event still carries the whole text */
-    }
-    e->rid = rid;
-    e->token = token;
-    push_ev(s, e);
+    push_ev(user, rid, token, NULL);
 }
 
 static void cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
@@ -354,7 +376,7 @@ static void cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t 
     e->a.tokens = NULL;
     snprintf(e->message, sizeof e->message, "%s", a->message != NULL ? a->message : "");
     e->a.message = NULL;
-    push_ev(s, e);
+    push_ev(s, rid, 0, e);
 }
 
 /* ---- events (socket thread) ---------------------------------------------------------------- */
@@ -547,26 +569,43 @@ static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
     drop_pend(s, p);
 }
 
+static void handle_ev(srv_t *s, rill_sched_rid_t rid, int32_t token, ev_t *done) {
+    pend_t *p = find_pend(s, rid);
+    if (p != NULL) {
+        if (done != NULL) {
+            on_done_ev(s, p, done);
+        } else {
+            on_token_ev(s, p, token);
+        }
+    }
+    if (done != NULL) {
+        rill_free(done->tokens);
+        rill_free(done);
+    }
+}
+
 static void drain_events(srv_t *s) {
     uint64_t cnt;
     ssize_t r = read(s->efd, &cnt, sizeof cnt);
     (void)r;
     pthread_mutex_lock(&s->mu);
+    ev_slot_t *slots = s->ring;
+    int32_t n = s->ring_n;
+    s->ring = s->spare;
+    s->spare = slots;
+    s->ring_n = 0;
     ev_t *e = s->ev_head;
     s->ev_head = s->ev_tail = NULL;
     pthread_mutex_unlock(&s->mu);
+    for (int32_t i = 0; i < n; i++) {
+        handle_ev(s, slots[i].rid, slots[i].token, slots[i].done);
+    }
     while (e != NULL) {
         ev_t *nx = e->next;
-        pend_t *p = find_pend(s, e->rid);
-        if (p != NULL) {
-            if (e->done) {
-                on_done_ev(s, p, e);
-            } else {
-                on_token_ev(s, p, e->token);
-            }
+        handle_ev(s, e->rid, e->token, e->done ? e : NULL);
+        if (!e->done) {
+            rill_free(e);
         }
-        rill_free(e->tokens);
-        rill_free(e);
         e = nx;
     }
 }
@@ -1268,6 +1307,14 @@ static void shutdown_all(srv_t *s) {
     while (s->pends != NULL) {
         drop_pend(s, s->pends);
     }
+    for (int32_t i = 0; i < s->ring_n; i++) {
+        if (s->ring[i].done != NULL) {
+            rill_free(s->ring[i].done->tokens);
+            rill_free(s->ring[i].done);
+        }
+    }
+    rill_free(s->ring);
+    rill_free(s->spare);
     for (ev_t *e = s->ev_head, *nx; e != NULL; e = nx) {
         nx = e->next;
         rill_free(e->tokens);
@@ -1313,9 +1360,11 @@ int rill_server_run(const rill_server_params_t *params, volatile sig_atomic_t *s
     memset(&s, 0, sizeof s);
     s.p = params != NULL ? *params : rill_server_default_params();
     s.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    s.ring = rill_malloc(RILL_MEM_SERVER, EV_RING * sizeof *s.ring);
+    s.spare = rill_malloc(RILL_MEM_SERVER, EV_RING * sizeof *s.spare);
     pthread_mutex_init(&s.mu, NULL);
     msgpack_sbuffer_init(&s.out);
-    if (s.efd < 0 || start(&s) != 0) {
+    if (s.efd < 0 || s.ring == NULL || s.spare == NULL || start(&s) != 0) {
         shutdown_all(&s);
         return 1;
     }
