@@ -347,11 +347,11 @@ int main(int argc, char **argv) {
     static const struct {
         const char *name;
         int32_t n_tok, n_ctx;
-    } attn[] = { { "prefill T=64", 64, 0 },
-                 { "prefill T=512", 512, 0 },
-                 { "decode ctx=512", 1, 512 },
-                 { "decode ctx=4096", 1, 4096 },
-                 { "decode ctx=16384", 1, 16384 } };
+    } attn[] = {
+        { "prefill T=64", 64, 0 },        { "prefill T=512", 512, 0 },
+        { "decode ctx=512", 1, 512 },     { "decode ctx=4096", 1, 4096 },
+        { "decode ctx=16384", 1, 16384 }, { "question T=32 ctx=4096", 32, 4096 },
+    };
     for (int hi = 0; hi < (with_attn ? n_threads_list : 0); hi++) {
         rill_backend_t *b[2] = { NULL, NULL }; /* [RILL_ATTN_EXACT], [RILL_ATTN_FLASH] */
         for (int k = 0; k < 2; k++) {

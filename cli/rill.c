@@ -44,7 +44,7 @@ static void usage(FILE *f) {
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         fprintf(f, "  %-14s %s\n", commands[i].name, commands[i].summary);
     }
-    fprintf(f, "\nenvironment: RILL_MODEL (default model path), RILL_SIMD=scalar|avx2 (CPU "
+    fprintf(f, "\nenvironment: RILL_MODEL (default model path), RILL_SIMD=scalar|avx2|avx512 (CPU "
                "kernels),\n             RILL_LOG=debug|info|warn|error (library log level; by "
                "default warnings only)\n");
 }

@@ -60,7 +60,8 @@ rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t 
     *out = NULL;
     rill_backend_params_t p = params != NULL ? *params : rill_backend_default_params();
     if (p.n_threads < 0 || p.n_threads > 512 || p.max_batch < 1 || p.max_n_in < 1 ||
-        (p.simd != RILL_SIMD_AUTO && p.simd != RILL_SIMD_SCALAR && p.simd != RILL_SIMD_AVX2) ||
+        (p.simd != RILL_SIMD_AUTO && p.simd != RILL_SIMD_SCALAR && p.simd != RILL_SIMD_AVX2 &&
+         p.simd != RILL_SIMD_AVX512) ||
         (p.attn != RILL_ATTN_EXACT && p.attn != RILL_ATTN_FLASH)) {
         return RILL_EINVAL;
     }

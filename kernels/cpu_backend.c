@@ -3,9 +3,10 @@
  * split work over the thread pool (matmul lives in cpu_matmul.c).
  *
  * Choices:
- *   - The kernel table (AVX2 or scalar) is picked once at creation: CPUID decides under
- *     RILL_SIMD_AUTO, and RILL_SIMD=scalar|avx2 in the environment overrides AUTO so that CI can
- *     run the whole suite on both paths on one machine.
+ *   - The kernel table (AVX-512, AVX2 or scalar) is picked once at creation: CPUID decides
+ *     under RILL_SIMD_AUTO, and RILL_SIMD=scalar|avx2|avx512 in the environment overrides AUTO
+ *     so that CI can run the whole suite on every path on one machine. The AVX-512 table is the
+ *     AVX2 one with its flash attention kernel in 512-bit vectors (the same bits).
  *   - Small ops run inline on the calling thread: waking workers costs microseconds, and for one
  *     decode token an RMSNorm or a residual add over 576 floats is far cheaper than that. Work is
  *     handed to the pool from PAR_MIN_WORK elements on.
@@ -26,6 +27,7 @@
 #include "backend_internal.h"
 #include "cpu_internal.h"
 #include "rill_alloc.h"
+#include "rill_log.h"
 #include "rill_pool.h"
 
 #define PAR_MIN_WORK 32768 /* elements below which an op stays on the calling thread */
@@ -333,30 +335,50 @@ static const rill_backend_ops_t cpu_ops = {
     .argmax = rill__host_argmax,
 };
 
-/* The kernel table for the requested SIMD level (AUTO consults RILL_SIMD), or NULL when AVX2 is
- * demanded on a CPU without it. */
+/* The SIMD level asked for: simd, or under AUTO the RILL_SIMD override (AUTO when unset). */
+static rill_simd_t requested(rill_simd_t simd) {
+    const char *env = getenv("RILL_SIMD");
+    if (simd != RILL_SIMD_AUTO || env == NULL || env[0] == '\0') {
+        return simd;
+    }
+    if (strcmp(env, "scalar") == 0) {
+        return RILL_SIMD_SCALAR;
+    }
+    if (strcmp(env, "avx2") == 0) {
+        return RILL_SIMD_AVX2;
+    }
+    if (strcmp(env, "avx512") == 0) {
+        return RILL_SIMD_AVX512;
+    }
+    RILL_LOGW("RILL_SIMD=%s is not scalar, avx2 or avx512: ignored", env);
+    return RILL_SIMD_AUTO;
+}
+
+/* The kernel table for a SIMD level, or NULL when AVX2 or AVX-512 is demanded on a CPU without
+ * it; AUTO: the widest the CPU has. */
 static const rill__cpu_kernels_t *pick_kernels(rill_simd_t simd) {
-    if (simd == RILL_SIMD_AUTO) {
-        const char *env = getenv("RILL_SIMD");
-        if (env != NULL && strcmp(env, "scalar") == 0) {
-            simd = RILL_SIMD_SCALAR;
-        } else if (env != NULL && strcmp(env, "avx2") == 0) {
-            simd = RILL_SIMD_AVX2;
-        }
-    }
-    if (simd == RILL_SIMD_SCALAR) {
+    switch (simd) {
+    case RILL_SIMD_SCALAR:
         return rill__cpu_kernels_scalar();
+    case RILL_SIMD_AVX2:
+        return rill__cpu_kernels_avx2();
+    case RILL_SIMD_AVX512:
+        return rill__cpu_kernels_avx512();
+    case RILL_SIMD_AUTO:
+        break;
     }
-    const rill__cpu_kernels_t *k = rill__cpu_kernels_avx2();
-    if (k == NULL && simd == RILL_SIMD_AUTO) {
-        k = rill__cpu_kernels_scalar();
-    }
-    return k;
+    const rill__cpu_kernels_t *k = rill__cpu_kernels_avx512();
+    k = k != NULL ? k : rill__cpu_kernels_avx2();
+    return k != NULL ? k : rill__cpu_kernels_scalar();
 }
 
 rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
-    const rill__cpu_kernels_t *k = pick_kernels(p->simd);
+    const rill_simd_t simd = requested(p->simd);
+    const rill__cpu_kernels_t *k = pick_kernels(simd);
     if (k == NULL) {
+        RILL_LOGE("cpu backend: %s kernels requested but this CPU lacks %s",
+                  simd == RILL_SIMD_AVX2 ? "AVX2" : "AVX-512",
+                  simd == RILL_SIMD_AVX2 ? "AVX2, FMA or F16C" : "AVX-512 F, VL or BW");
         return RILL_EUNSUPPORTED;
     }
     cpu_backend_t *c = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *c);
@@ -365,13 +387,14 @@ rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t 
     }
     c->base.ops = &cpu_ops;
     c->k = k;
-    c->base.name = k == rill__cpu_kernels_scalar() ? "cpu-scalar" : "cpu-avx2";
+    const bool scalar = k == rill__cpu_kernels_scalar(), avx2 = k == rill__cpu_kernels_avx2();
+    c->base.name = scalar ? "cpu-scalar" : avx2 ? "cpu-avx2" : "cpu-avx512";
     rill_err_t err = rill__backend_init_common(&c->base, p);
     if (err != RILL_OK) {
         rill_free(c);
         return err;
     }
-    c->base.params.simd = k == rill__cpu_kernels_scalar() ? RILL_SIMD_SCALAR : RILL_SIMD_AVX2;
+    c->base.params.simd = scalar ? RILL_SIMD_SCALAR : avx2 ? RILL_SIMD_AVX2 : RILL_SIMD_AVX512;
     /* every table's act row fits in max_n_in floats plus its side data and alignment: the
      * largest (Q8_1 blocks + 2 floats per block) is 1.4 bytes per value + 96 */
     const size_t row = ((size_t)p->max_n_in * sizeof(float) + 96u + 63u) & ~(size_t)63u;

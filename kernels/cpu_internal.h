@@ -67,7 +67,7 @@ typedef struct rill__attn_task {
 } rill__attn_task_t;
 
 typedef struct rill__cpu_kernels {
-    const char *name;                      /* "scalar" or "avx2" */
+    const char *name;                      /* "scalar", "avx2" or "avx512" */
     rill__tile_fn tile[RILL__DTYPE_SLOTS]; /* by weight dtype */
     /* Optional 8-row kernels (NULL: use tile). For Q4_0 this reproduces llama.cpp's repacked
      * (q4_0_8x8) numerics, which it uses exactly when the row count is a multiple of 8. */
@@ -119,5 +119,12 @@ void rill__cpu_matmul(const rill__cpu_kernels_t *k, rill_pool_t *pool, void *scr
 
 /* True when the CPU and OS support AVX2, FMA and F16C (CPUID + XGETBV). */
 bool rill__cpu_has_avx2(void);
+
+/* The AVX2 table with the flash attention kernel in AVX-512 (cpu_avx512.c), or NULL when this
+ * CPU (or OS) lacks AVX2 or AVX-512 F/VL/BW. */
+const rill__cpu_kernels_t *rill__cpu_kernels_avx512(void);
+
+/* True when rill__cpu_kernels_avx512() is available (CPUID + XGETBV). */
+bool rill__cpu_has_avx512(void);
 
 #endif /* RILL_CPU_INTERNAL_H */

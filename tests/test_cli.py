@@ -154,6 +154,39 @@ def t_generate():
     assert "chat template" in e, e
 
 
+def t_simd_override():
+    """RILL_SIMD picks the kernel table; one the CPU lacks is a clear error, a bad value a
+    warning. The backend's name is in generate's last line."""
+    m = os.path.join(TINY, "rill-tiny-llama-F32.gguf")
+    args = ("generate", "--model", m, "--prompt", "ab", "-n", "2", "--temp", "0")
+
+    def gen(simd, ok=(0,)):
+        p = subprocess.run([RILL, *args], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, "RILL_SIMD": simd})
+        assert p.returncode in ok, (simd, p.returncode, p.stderr)
+        return p
+
+    base = gen("scalar")
+    assert "cpu-scalar" in base.stderr, base.stderr
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    for simd, need in (("avx2", {"avx2", "fma", "f16c"}),
+                       ("avx512", {"avx2", "fma", "f16c", "avx512f", "avx512vl", "avx512bw"})):
+        if need <= flags:
+            p = gen(simd)
+            assert "cpu-" + simd in p.stderr and p.stdout == base.stdout, (simd, p.stderr)
+        else:
+            e = gen(simd, ok=(1,)).stderr
+            assert f"RILL_SIMD={simd} asks for kernels this CPU lacks" in e, e
+    p = gen("avx9")
+    assert "RILL_SIMD=avx9 is not scalar, avx2 or avx512: ignored" in p.stderr, p.stderr
+    assert p.stdout == base.stdout
+
+
 def t_bench_model():
     m = os.path.join(TINY, "rill-tiny-llama-Q4_0.gguf")
     out = run("bench", "model", "--model", m, "-p", "16", "-n", "4", "-r", "1", "-t", "1").stdout

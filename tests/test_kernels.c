@@ -96,7 +96,7 @@ static rill_backend_t *make_backend(rill_backend_kind_t kind, rill_simd_t simd, 
 }
 
 /* The backends every comparison runs on: the oracle first. Entries may be NULL (no AVX2). */
-enum { B_REF, B_SCALAR1, B_SCALAR2, B_AVX2_1, B_AVX2_2, B_COUNT };
+enum { B_REF, B_SCALAR1, B_SCALAR2, B_AVX2_1, B_AVX2_2, B_AVX512_1, B_AVX512_2, B_COUNT };
 
 static void make_all(rill_backend_t *bs[B_COUNT]) {
     bs[B_REF] = make_backend(RILL_BACKEND_REF, RILL_SIMD_AUTO, 1);
@@ -104,6 +104,9 @@ static void make_all(rill_backend_t *bs[B_COUNT]) {
     bs[B_SCALAR2] = make_backend(RILL_BACKEND_CPU, RILL_SIMD_SCALAR, 2);
     bs[B_AVX2_1] = rill__cpu_has_avx2() ? make_backend(RILL_BACKEND_CPU, RILL_SIMD_AVX2, 1) : NULL;
     bs[B_AVX2_2] = rill__cpu_has_avx2() ? make_backend(RILL_BACKEND_CPU, RILL_SIMD_AVX2, 2) : NULL;
+    const bool a512 = rill__cpu_has_avx512();
+    bs[B_AVX512_1] = a512 ? make_backend(RILL_BACKEND_CPU, RILL_SIMD_AVX512, 1) : NULL;
+    bs[B_AVX512_2] = a512 ? make_backend(RILL_BACKEND_CPU, RILL_SIMD_AVX512, 2) : NULL;
 }
 
 static void destroy_all(rill_backend_t *bs[B_COUNT]) {
@@ -1655,10 +1658,12 @@ static void flash_case(const flash_shape_t *sh) {
     } cfg[] = {
         { RILL_BACKEND_REF, RILL_SIMD_AUTO, 1 },   { RILL_BACKEND_CPU, RILL_SIMD_SCALAR, 1 },
         { RILL_BACKEND_CPU, RILL_SIMD_SCALAR, 2 }, { RILL_BACKEND_CPU, RILL_SIMD_AVX2, 1 },
-        { RILL_BACKEND_CPU, RILL_SIMD_AVX2, 2 },   { RILL_BACKEND_CPU, RILL_SIMD_AUTO, 2 }
+        { RILL_BACKEND_CPU, RILL_SIMD_AVX2, 2 },   { RILL_BACKEND_CPU, RILL_SIMD_AVX512, 1 },
+        { RILL_BACKEND_CPU, RILL_SIMD_AVX512, 2 }, { RILL_BACKEND_CPU, RILL_SIMD_AUTO, 2 }
     };
     for (size_t c = 0; c < sizeof cfg / sizeof cfg[0]; c++) {
-        if (cfg[c].simd == RILL_SIMD_AVX2 && !rill__cpu_has_avx2()) {
+        if ((cfg[c].simd == RILL_SIMD_AVX2 && !rill__cpu_has_avx2()) ||
+            (cfg[c].simd == RILL_SIMD_AVX512 && !rill__cpu_has_avx512())) {
             continue;
         }
         rill_backend_t *b =
@@ -2155,11 +2160,24 @@ START_TEST(test_simd_selection) {
     p.max_n_in = 64;
     ck_assert_int_eq(rill_backend_new(&p, &b), rill__cpu_has_avx2() ? RILL_OK : RILL_EUNSUPPORTED);
     rill_backend_destroy(&b);
-    /* AUTO follows RILL_SIMD (the suite also runs with RILL_SIMD=scalar) */
+    p.simd = RILL_SIMD_AVX512;
+    ck_assert_int_eq(rill_backend_new(&p, &b),
+                     rill__cpu_has_avx512() ? RILL_OK : RILL_EUNSUPPORTED);
+    if (b != NULL) {
+        ck_assert_str_eq(rill_backend_name(b), "cpu-avx512");
+    }
+    rill_backend_destroy(&b);
+    p.simd = (rill_simd_t)4;
+    ck_assert_int_eq(rill_backend_new(&p, &b), RILL_EINVAL);
+    /* AUTO follows RILL_SIMD (the suite also runs with RILL_SIMD=scalar), else the best table */
     b = make_backend(RILL_BACKEND_CPU, RILL_SIMD_AUTO, 1);
     const char *env = getenv("RILL_SIMD");
     if (env != NULL && strcmp(env, "scalar") == 0) {
         ck_assert_str_eq(rill_backend_name(b), "cpu-scalar");
+    } else if (env != NULL && strcmp(env, "avx2") == 0 && rill__cpu_has_avx2()) {
+        ck_assert_str_eq(rill_backend_name(b), "cpu-avx2");
+    } else if (rill__cpu_has_avx512()) {
+        ck_assert_str_eq(rill_backend_name(b), "cpu-avx512");
     } else if (rill__cpu_has_avx2()) {
         ck_assert_str_eq(rill_backend_name(b), "cpu-avx2");
     }
