@@ -22,15 +22,17 @@ answer being decoded, then the prefill of waiting questions (arrival order), the
 and, while a question waits or decodes, no more data than fills the step cap: --max-delay-ms
 worth of tokens at the measured cost per token (the policy of rill's scheduler,
 rill_scheduler.h), at least 16; with no question open, data goes in batches of up to n_batch
-(512). A question waits for the step in flight, like on rill. Same model file, threads, F16 KV cache and flash attention off
-as `rill bench stream`; greedy (arg-max) answers of exactly --answer tokens (no stop).
+(512). A question waits for the step in flight, like on rill. Same model file, threads and F16
+KV cache as `rill bench stream`; flash attention as --flash-attn says (default: off, llama.cpp's
+own default on CPU; on whichever is faster for llama.cpp when comparing with rill's flash
+kernel); greedy (arg-max) answers of exactly --answer tokens (no stop).
 
 TTFT = from the question's arrival time (its tick) to the end of the llama_decode that gave its
 first answer token (plus the arg-max); total = to its last token.
 
 Export format (JSON, written by `rill bench stream --export FILE`):
   {"format": "rill-stream", "version": 1, "model", "seed", "sessions", "rate", "every",
-   "answer", "context", "n_ctx", "threads", "max_delay_ms", "standing",
+   "answer", "context", "n_ctx", "threads", "attn" (rill's kernel), "max_delay_ms", "standing",
    "prompt_text", "prompt": [ids] (the shared system prompt, first in every session),
    "standing_text", "standing_tokens", "question_texts": [...], "question_tokens": [[ids]...],
    "streams": [{"session": i,
@@ -44,7 +46,7 @@ summary line per mode: TTFT p50/p90/p99 overall and per context bucket). Needs t
 tier: scripts/setup.sh --llama.
 
 Usage: bench/stream_llama.py EXPORT.json [--modes persistent,prefix] [--threads 2]
-                             [--json OUT.jsonl] [--model FILE] [--max-delay-ms 50]
+                             [--json OUT.jsonl] [--model FILE] [--max-delay-ms 50] [--flash-attn]
 """
 import argparse
 import ctypes
@@ -95,7 +97,7 @@ def _quiet(level, text, user):  # noqa: ARG001 - llama.cpp's log goes nowhere
 class Engine:
     """One llama.cpp context with K sequences and a batch to fill."""
 
-    def __init__(self, model, k, n_ctx_seq, threads, n_batch, kv_unified):
+    def __init__(self, model, k, n_ctx_seq, threads, n_batch, kv_unified, flash_attn):
         L.llama_log_set(_quiet, None)
         L.llama_backend_init()
         mp = L.llama_model_default_params()
@@ -111,7 +113,8 @@ class Engine:
         cp.n_ubatch = n_batch
         cp.n_threads = threads
         cp.n_threads_batch = threads
-        cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        cp.flash_attn_type = (L.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attn
+                              else L.LLAMA_FLASH_ATTN_TYPE_DISABLED)
         cp.type_k = GGML_TYPE_F16
         cp.type_v = GGML_TYPE_F16
         cp.kv_unified = kv_unified
@@ -315,6 +318,8 @@ def main():
     ap.add_argument("--n-batch", type=int, default=512)
     ap.add_argument("--kv-unified", action="store_true",
                     help="one KV stream shared by all sequences (default: one per sequence)")
+    ap.add_argument("--flash-attn", action="store_true",
+                    help="llama.cpp's flash attention (LLAMA_FLASH_ATTN_TYPE_ENABLED)")
     ap.add_argument("--quiet", action="store_true")
     a = ap.parse_args()
 
@@ -327,7 +332,8 @@ def main():
     out = a.json or (a.export[:-5] if a.export.endswith(".json") else a.export) + ".llama.jsonl"
     edges = buckets_for(exp["context"])
     n_answer = exp["answer"]
-    eng = Engine(model, exp["sessions"], exp["n_ctx"], threads, a.n_batch, a.kv_unified)
+    eng = Engine(model, exp["sessions"], exp["n_ctx"], threads, a.n_batch, a.kv_unified,
+                 a.flash_attn)
     lines = []
     for mode in a.modes.split(","):
         if mode not in ("persistent", "prefix"):
@@ -358,7 +364,7 @@ def main():
                    "sessions": exp["sessions"], "rate": exp["rate"], "every": exp["every"],
                    "answer": n_answer, "context": exp["context"], "threads": threads,
                    "seed": exp["seed"], "kv": "f16", "kv_unified": a.kv_unified,
-                   "flash_attn": False, "max_delay_ms": max_delay,
+                   "flash_attn": a.flash_attn, "max_delay_ms": max_delay,
                    "llama_cpp_python": L.__version__, "questions": len(ttft), "failed": 0,
                    "ttft_p50_ms": p50, "ttft_p90_ms": pct(ttft, 0.9), "ttft_p99_ms": p99,
                    "p99_over_p50": p99 / p50 if p50 else None, **st,

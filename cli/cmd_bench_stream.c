@@ -406,11 +406,12 @@ static int write_export(const bench_t *b, const char *path) {
     json_str(f, model_name(b), strlen(model_name(b)));
     fprintf(f,
             ",\"seed\":%lld,\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,"
-            "\"context\":%lld,\"n_ctx\":%d,\"threads\":%d,\"max_delay_ms\":%g,\"standing\":%s,\n",
+            "\"context\":%lld,\"n_ctx\":%d,\"threads\":%d,\"attn\":\"%s\",\"max_delay_ms\":%g,"
+            "\"standing\":%s,\n",
             (long long)b->o.seed, (long long)b->o.sessions, b->o.rate, (long long)b->o.every,
             (long long)b->o.answer, (long long)b->o.context, b->n_ctx,
-            rill_backend_n_threads(b->l.be), b->o.max_delay_ms,
-            b->o.no_standing ? "false" : "true");
+            rill_backend_n_threads(b->l.be), rill_attn_name(rill_backend_attn(b->l.be)),
+            b->o.max_delay_ms, b->o.no_standing ? "false" : "true");
     fprintf(f, "\"prompt_text\":");
     json_str(f, b->o.no_prompt ? "" : SYSTEM_PROMPT, b->o.no_prompt ? 0 : strlen(SYSTEM_PROMPT));
     fprintf(f, ",\"prompt\":");
@@ -905,10 +906,11 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
     fprintf(f,
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
-            "\"threads\":%d,\"seed\":%lld,\"kv\":\"f16\",\"standing\":%s,\"max_delay_ms\":%g,"
-            "\"questions\":%lld,\"failed\":%lld",
+            "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"f16\","
+            "\"standing\":%s,\"max_delay_ms\":%g,\"questions\":%lld,\"failed\":%lld",
             mode, model_name(b), (long long)b->o.sessions, b->o.rate, (long long)b->o.every,
             (long long)b->o.answer, (long long)b->o.context, rill_backend_n_threads(b->l.be),
+            rill_backend_name(b->l.be), rill_attn_name(rill_backend_attn(b->l.be)),
             (long long)b->o.seed, b->o.no_standing ? "false" : "true",
             strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, (long long)sm->n,
             (long long)sm->failed);
@@ -1186,12 +1188,13 @@ int cmd_bench_stream(int argc, char **argv) {
         return 1;
     }
     opts_t *o = &b->o;
-    /* exact attention and an F16 cache: llama.cpp's defaults with flash attention off */
+    /* an F16 cache and flash attention, as rilld runs sessions (--attn exact: llama.cpp's
+     * non-flash bits); bench/stream_llama.py --flash-attn runs llama.cpp the same way */
     o->lo = (local_opts_t){ .threads = 2,
                             .n_ctx = RILL_KV_PAGE_SIZE,
                             .backend = "cpu",
                             .kv_type = "f16",
-                            .attn = "exact" };
+                            .attn = "flash" };
     o->sessions = 8;
     o->rate = 0.5;
     o->every = 8;
@@ -1204,6 +1207,9 @@ int cmd_bench_stream(int argc, char **argv) {
         { "model", "-m", CLI_STRING, &o->lo.model_path, "GGUF model file (default: SmolLM2-135M)",
           0, -1 },
         { "threads", "-t", CLI_INT, &o->lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
+        { "attn", NULL, CLI_STRING, &o->lo.attn,
+          "attention kernel: flash (rilld's default) or exact (llama.cpp's non-flash bits)", 0,
+          -1 },
         { "sessions", "-k", CLI_INT, &o->sessions, "sessions, each with its own market stream", 1,
           256 },
         { "rate", "-r", CLI_FLOAT, &o->rate,

@@ -69,7 +69,7 @@ static int read_config(const char *path, const cli_opt_t *opts) {
 int cmd_serve(int argc, char **argv) {
     rill_server_params_t p = rill_server_default_params();
     p.question_format = "\\nQuestion: %s\\nAnswer:";
-    const char *model = NULL, *config = NULL, *fsync = "everysec";
+    const char *model = NULL, *config = NULL, *fsync = "everysec", *attn = "flash";
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
             max_delay = p.max_delay_ms;
@@ -90,6 +90,8 @@ int cmd_serve(int argc, char **argv) {
           "directory of session logs, snapshots and metadata (restored at start)", 1, 0 },
         { "fsync", NULL, CLI_STRING, &fsync, "ingest log fsync: always, everysec or never", 1, 0 },
         { "threads", "-t", CLI_INT, &threads, "compute threads (0: one per CPU)", 0, 512 },
+        { "attn", NULL, CLI_STRING, &attn,
+          "attention kernel: flash (faster on long contexts) or exact (llama.cpp's bits)", 1, 0 },
         { "kv-cells", NULL, CLI_INT, &kv_cells, "KV budget in token cells", 16, 1e9 },
         { "max-sessions", NULL, CLI_INT, &max_sessions, "most open sessions", 1, 1e6 },
         { "window", NULL, CLI_INT, &window, "window of a session created without one", 0, 1e6 },
@@ -134,6 +136,12 @@ int cmd_serve(int argc, char **argv) {
         p.fsync = RILL_SESSION_FSYNC_NEVER;
     } else if (strcmp(fsync, "everysec") != 0) {
         fprintf(stderr, "rill serve: --fsync must be always, everysec or never\n");
+        return 2;
+    }
+    if (strcmp(attn, "flash") == 0 || strcmp(attn, "exact") == 0) {
+        p.attn = attn[0] == 'f' ? RILL_ATTN_FLASH : RILL_ATTN_EXACT;
+    } else {
+        fprintf(stderr, "rill serve: --attn must be flash or exact, got '%s'\n", attn);
         return 2;
     }
     p.threads = (int32_t)threads;

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "rill_backend.h"
 #include "rill_err.h"
 #include "rill_session.h"
 
@@ -46,6 +47,10 @@ typedef struct rill_server_params {
     rill_session_fsync_t fsync;  /* ingest logs; default RILL_SESSION_FSYNC_EVERYSEC */
     const char *ready_file;      /* written (with the pid) once both sockets are bound; optional */
     int64_t max_delay_ms;        /* scheduler step bound; default 50 */
+    rill_attn_t attn;            /* attention kernel; default RILL_ATTN_FLASH: a question on a
+                                    long stream is mostly attention, which flash does 1.3-1.8x
+                                    faster, with no length limit (RILL_ATTN_EXACT: llama.cpp's
+                                    non-flash bits) */
 } rill_server_params_t;
 
 /* Defaults as documented per field (model_path NULL). */

@@ -152,7 +152,8 @@ rill_server_params_t rill_server_default_params(void) {
                                    .max_sessions = 256,
                                    .fsync = RILL_SESSION_FSYNC_EVERYSEC,
                                    .ready_file = NULL,
-                                   .max_delay_ms = 50 };
+                                   .max_delay_ms = 50,
+                                   .attn = RILL_ATTN_FLASH };
 }
 
 /* ---- msgpack output ---------------------------------------------------------------------- */
@@ -1231,6 +1232,7 @@ static int start(srv_t *s) {
     rill_backend_params_t bp = rill_backend_default_params();
     bp.n_threads = p->threads;
     bp.max_batch = 256;
+    bp.attn = p->attn;
     rill_forward_params_t fp = rill_forward_default_params();
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = p->kv_cells;
@@ -1278,12 +1280,15 @@ static int start(srv_t *s) {
         sock_setup(s, s->xpub, p->event_ep, "events") != 0) {
         return -1;
     }
-    fprintf(stderr, "rilld: serving %s (requests %s, events %s), %s, state in %s\n", p->model_path,
-            p->request_ep, p->event_ep,
+    fprintf(stderr,
+            "rilld: serving %s (requests %s, events %s), %s, state in %s, %s backend, %s "
+            "attention, %d threads\n",
+            p->model_path, p->request_ep, p->event_ep,
             s->curve           ? "CURVE: only listed client keys"
             : p->insecure_bind ? "INSECURE: no authentication, any address"
                                : "no authentication (loopback only)",
-            p->state_dir);
+            p->state_dir, rill_backend_name(s->be), rill_attn_name(rill_backend_attn(s->be)),
+            rill_backend_n_threads(s->be));
     if (p->ready_file != NULL) {
         FILE *f = fopen(p->ready_file, "w");
         if (f != NULL) {

@@ -285,6 +285,7 @@ def t_bench_stream():
     st = [r for r in qs if r["mode"] == "stateless"]
     assert st and all(r["status"] == "OK" for r in st), st
     assert 0 <= summ["rill"]["utilization"] <= 1, summ["rill"]
+    assert summ["rill"]["attn"] == "flash" and exp["attn"] == "flash", summ["rill"]  # default
     assert [b["le"] for b in summ["rill"]["buckets"]] == [256], summ["rill"]
     # The export: every chunk's tokens, questions after a chunk, contexts that add up.
     assert exp["format"] == "rill-stream" and len(exp["streams"]) == 2, exp.keys()

@@ -907,12 +907,21 @@ def t_config():
             f.write("# defaults of this deployment\nwindow = 512\nsinks = 32  # sink tokens\n"
                     "\nmax-sessions = 1\n")
         with Rilld(os.path.join(tmp, "state"), "--config", cfg, "--sinks", "48") as d:
+            assert " flash attention" in d.log(), d.log()  # the daemon's default kernel
             c = Client(d)
             name = c.call("session.create")["session"]
             st = c.call("session.stats", session=name)
             assert (st["window"], st["sinks"]) == (512, 48), st  # file, then command line
             assert c.err("session.create") == "EFULL"  # max-sessions = 1
             c.close()
+        with open(cfg, "w") as f:
+            f.write("attn = exact\n")
+        with Rilld(os.path.join(tmp, "state1"), "--config", cfg) as d:
+            assert " exact attention" in d.log(), d.log()
+        d = Rilld(os.path.join(tmp, "state3"), "--attn", "fast")
+        d.start(expect_exit=True)
+        assert d.proc.wait(30) == 2, "rilld accepted --attn fast"
+        assert "--attn must be flash or exact" in d.log(), d.log()
         with open(cfg, "w") as f:
             f.write("window = 512\nno-such-option = 3\n")
         d = Rilld(os.path.join(tmp, "state2"), "--config", cfg)
