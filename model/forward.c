@@ -39,6 +39,7 @@ struct rill_forward {
     int32_t max_batch;
     int32_t max_logits;
     rill_rope_t rope;
+    const atomic_int *cancel; /* rill_forward_set_cancel */
 
     rill_weight_t *tok_embd, *out_norm, *output;
     layer_t *layers; /* [n_layer] */
@@ -442,12 +443,22 @@ rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
         return fail(fw, err, "embedding");
     }
     for (int32_t l = 0; l < fw->hp.n_layer; l++) {
+        if (fw->cancel != NULL && atomic_load_explicit(fw->cancel, memory_order_acquire) != 0) {
+            snprintf(fw->err, sizeof fw->err, "cancelled before layer %d", l);
+            return RILL_ECANCELED;
+        }
         err = block(fw, &fw->layers[l], &kv->layout, rill_kv_cache_pool(kv, l), T);
         if (err != RILL_OK) {
             return err;
         }
     }
     return n_out > 0 ? output(fw, out_rows, n_out, logits_host) : RILL_OK;
+}
+
+void rill_forward_set_cancel(rill_forward_t *fw, const atomic_int *flag) {
+    if (fw != NULL) {
+        fw->cancel = flag;
+    }
 }
 
 rill_err_t rill_forward_eval_sequence(rill_forward_t *fw, rill_kv_cache_t *kv,

@@ -26,6 +26,7 @@
 #ifndef RILL_FORWARD_H
 #define RILL_FORWARD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -93,6 +94,12 @@ int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv);
 rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill_batch_t *batch,
                              const int32_t *tokens, const int32_t *out_rows, int32_t n_out,
                              float *logits_host);
+
+/* Lets another thread stop a pass: rill_forward_eval loads *flag (acquire) before each layer
+ * and, when it is non-zero, returns RILL_ECANCELED there, the KV cache as after any error
+ * (partial writes at the batch's slots only). flag NULL (the default): never. fw keeps the
+ * pointer; the caller resets the flag. Used by the scheduler to preempt background steps. */
+void rill_forward_set_cancel(rill_forward_t *fw, const atomic_int *flag);
 
 /* Convenience for one sequence whose slot of position p is p (no re-basing): evaluates
  * tokens[0, n) at positions [pos0, pos0 + n) through the page table pt (host; it must cover slot

@@ -16,13 +16,17 @@
  *   STANDING  refreshes of standing queries
  *   SPEC      speculative replies (endpoint anticipation)
  * A step that carries question work (DECODE, PREFILL) takes no STANDING or SPEC tokens: they
- * would lengthen the step every waiting answer shares.
+ * would lengthen the step every waiting answer shares. A step of lower work alone is also
+ * preempted inside: when a question or turn is submitted while it runs, its forward pass stops
+ * at the next layer (rill_forward_set_cancel on the pool's forward), its tokens stay queued and
+ * are evaluated again later, and the question goes into the next step at once (stats.preempted
+ * counts these steps). So a question waits about one layer's time for lower work, not a step.
  *
  * Step size (adaptive chunked prefill). The engine fits its step times to t = a + b * tokens
  * (least squares over recent steps, older ones weighted down by 0.97 per step) and caps a step
  * at (max_delay_ns - a) / b tokens (never below min_chunk, never above step_tokens), so a
  * question that arrives while a step runs waits at most about max_delay_ns for the engine to
- * take it.
+ * take it, and a question that is decoding loses at most that per token to another's prefill.
  *
  * Cell-budget admission. A session reserves the pages its window can occupy
  * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
@@ -123,9 +127,11 @@ rill_sched_params_t rill_sched_default_params(void);
 
 /* Creates a scheduler over pool (borrowed: it must outlive the scheduler and have no
  * sessions; from now on only the engine thread uses it, its forward and its backend) and
- * starts the engine thread. params NULL: the defaults. Errors: RILL_EINVAL (NULL, a field out
- * of range, overflow_pages >= the pool's pages), RILL_ENOMEM, RILL_EINTERNAL (the thread could
- * not start). Caller owns *out; destroy with rill_sched_destroy(). */
+ * starts the engine thread. It installs its preemption flag on the pool's forward
+ * (rill_forward_set_cancel) and removes it when destroyed. params NULL: the defaults. Errors:
+ * RILL_EINVAL (NULL, a field out of range, overflow_pages >= the pool's pages), RILL_ENOMEM,
+ * RILL_EINTERNAL (the thread could not start). Caller owns *out; destroy with rill_sched_destroy().
+ */
 rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
                           rill_sched_t **out);
 
@@ -199,12 +205,29 @@ int64_t rill_sched_session_list(rill_sched_t *sch, rill_sched_sid_t *ids, int64_
 /* Feeds tokens (or text, tokenized with the pool's tokenizer and held back at an unstable end;
  * flush ends the text so nothing is held) to a session: returns once the input is checked,
  * logged (acknowledged: a crash after the return loses none of it) and queued; the engine
- * evaluates it at INGEST class. Errors: RILL_ENOTFOUND, those of rill_session_feed*() (nothing
- * taken). Blocks. */
+ * evaluates it at INGEST class. version (text only; may be NULL): the session's data version
+ * right after this input (rill_sched_session_info's version), so a caller that reports it
+ * needs no second call and waits for one engine pass, not two. Errors: RILL_ENOTFOUND, those
+ * of rill_session_feed*() (nothing taken; *version untouched). Blocks. */
 rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,
                              int32_t n);
 rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const char *text,
-                                  size_t len, bool flush);
+                                  size_t len, bool flush, int64_t *version);
+
+/* Called on the engine thread once asynchronous input is acknowledged (status RILL_OK: logged
+ * and queued) or refused (the rill_sched_ingest errors, nothing taken; RILL_ECANCELED when the
+ * scheduler was destroyed first). message: detail for an error, "" otherwise (borrowed). Must
+ * not block or call back into the scheduler's blocking functions. */
+typedef void (*rill_sched_ack_fn)(void *user, rill_err_t status, const char *message);
+
+/* rill_sched_ingest without waiting: copies tokens[0, n) and returns. The engine checks, logs
+ * and queues them at its next step boundary, in submission order with every other call, so a
+ * question asked after this returns (from any thread that saw the return) waits for this input
+ * like for acknowledged input, and is not held up by the wait for an acknowledgement. on_ack
+ * (may be NULL) reports the outcome. Returns RILL_EINVAL (n < 1, tokens NULL), RILL_ENOMEM or
+ * RILL_ECLOSED (nothing queued, on_ack not called); RILL_OK otherwise. */
+rill_err_t rill_sched_ingest_async(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,
+                                   int32_t n, rill_sched_ack_fn on_ack, void *user);
 
 /* ---- questions, turns, standing queries, speculation -------------------------------------- */
 
@@ -307,6 +330,7 @@ typedef struct rill_sched_stats {
     int32_t reserved_pages, overflow_pages, free_pages, total_pages;
     int64_t admission_rejects; /* creations refused with RILL_EFULL */
     int64_t reclaimed;         /* forks reclaimed at exhaustion */
+    int64_t preempted;         /* steps of lower work stopped mid-pass for a question */
     int64_t questions, questions_failed;
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
     int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */

@@ -18,8 +18,8 @@
  * session adopt the fork (rill_session_adopt).
  *
  * Memory: commands of blocking calls live on the caller's stack; asynchronous ones (ask,
- * cancel, commit) and requests are allocated per request (never per token or step). Answer
- * buffers are sized n_max at submission.
+ * cancel, commit, async ingest) and requests are allocated per request (never per token or
+ * step). Answer buffers are sized n_max at submission.
  *
  * Rejected: one lock per session with callers stepping sessions themselves (a step must see
  * every session, and the pool's free list is shared); a lock-free queue (commands are rare
@@ -73,8 +73,10 @@ typedef struct cmd {
     const void *data;
     size_t len;
     bool flush;
-    int32_t *toks; /* async: owned copy (question, guess, commit input) */
+    int32_t *toks; /* async: owned copy (question, guess, commit input, ingested tokens) */
     int32_t n_toks;
+    rill_sched_ack_fn on_ack; /* async ingest */
+    void *ack_user;
     rill_sched_ask_t ask;
     /* outputs */
     rill_err_t err;
@@ -157,6 +159,8 @@ struct rill_sched {
     cmd_t *head, *tail; /* command queue (mu) */
     bool stop;          /* (mu) */
     bool idle;          /* (mu) engine asleep with nothing to do */
+    bool preemptible;   /* (mu) the step running carries no question work */
+    atomic_int preempt; /* set to stop that step's forward pass (rill_forward_set_cancel) */
     _Atomic uint64_t next_rid;
     /* engine-thread state */
     sess_t *sessions;
@@ -170,6 +174,7 @@ struct rill_sched {
     double fw, ft, fy, ftt, fty;
     double ns_per_tok, ns_fixed; /* b and a */
     rill_sched_stats_t st;
+    bool step_questions; /* the step built last carries question work */
     rill_session_step_t *items;
     req_t **item_req;
     sess_t **item_sess;
@@ -917,6 +922,9 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
             c->err = RILL_ENOTFOUND;
             c->ret = RILL_ENOTFOUND;
             set_msg(c, "no session %llu", (unsigned long long)c->sid);
+            if (c->on_ack != NULL) {
+                c->on_ack(c->ack_user, RILL_ENOTFOUND, "no such session");
+            }
             break;
         }
         if (c->kind == CMD_CLOSE) {
@@ -940,7 +948,7 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
             }
         } else if (c->kind == CMD_INGEST || c->kind == CMD_INGEST_TEXT) {
             int64_t v = rill_session_seq(x->s);
-            if (rill_session_pending(x->s) > MAX_QUEUED) {
+            if (c->len > 0 && rill_session_pending(x->s) > MAX_QUEUED) {
                 c->err = RILL_EFULL;
                 set_msg(c, "%d tokens already queued on the session", rill_session_pending(x->s));
             } else if (c->kind == CMD_INGEST) {
@@ -956,6 +964,13 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
             }
             if (rill_session_seq(x->s) != v) {
                 data_changed(sch, x);
+            }
+            c->ret = rill_session_seq(x->s);
+            if (c->on_ack != NULL) {
+                c->on_ack(c->ack_user, c->err,
+                          c->err == RILL_OK      ? ""
+                          : c->err == RILL_EFULL ? "too many tokens already queued on the session"
+                                                 : rill_session_last_error(x->s));
             }
         } else {
             int64_t n = 0;
@@ -1033,6 +1048,10 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
 }
 
 /* ---- the step ------------------------------------------------------------------------------- */
+
+static bool is_question_cmd(const cmd_t *c) {
+    return c->kind == CMD_ASK || c->kind == CMD_TURN;
+}
 
 typedef struct builder {
     int32_t n_items, tokens, cap, logits;
@@ -1173,6 +1192,7 @@ static int32_t build_step(rill_sched_t *sch) {
         }
     }
     sch->rr++;
+    sch->step_questions = b.questions;
     return b.n_items;
 }
 
@@ -1293,9 +1313,31 @@ static bool step(rill_sched_t *sch) {
                 return false;
             }
         }
+        /* a step of lower work alone stops for a question submitted while it runs (post());
+         * one already queued stops it before its first layer */
+        pthread_mutex_lock(&sch->mu);
+        sch->preemptible = !sch->step_questions;
+        atomic_store(&sch->preempt, 0);
+        for (cmd_t *c = sch->head; c != NULL && sch->preemptible; c = c->next) {
+            if (is_question_cmd(c)) {
+                atomic_store(&sch->preempt, 1);
+            }
+        }
+        pthread_mutex_unlock(&sch->mu);
         int64_t t0 = now_ns();
         rill_err_t err = rill_session_step(sch->pool, sch->items, n);
         int64_t t1 = now_ns();
+        pthread_mutex_lock(&sch->mu);
+        sch->preemptible = false;
+        bool preempted = atomic_exchange(&sch->preempt, 0) != 0;
+        pthread_mutex_unlock(&sch->mu);
+        if (err == RILL_ECANCELED && preempted) {
+            /* nothing changed but pages trimmed and logits invalidated: the tokens stay
+             * queued (rill_session_step's forward-error contract) and run again later */
+            sch->st.preempted++;
+            sch->st.busy_ns += t1 - t0;
+            return true;
+        }
         if (err == RILL_EFULL) {
             if (reclaim(sch)) {
                 continue;
@@ -1481,7 +1523,7 @@ static rill_err_t call(rill_sched_t *sch, cmd_t *c) {
 /* Queues an asynchronous command (heap, owned by the engine from here). */
 static rill_err_t post(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t sid,
                        rill_sched_rid_t rid, const int32_t *toks, int32_t n,
-                       const rill_sched_ask_t *ask) {
+                       const rill_sched_ask_t *ask, rill_sched_ack_fn on_ack, void *ack_user) {
     cmd_t *c = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *c);
     int32_t *copy = n > 0 ? rill_malloc(RILL_MEM_SCHEDULER, (size_t)n * sizeof *copy) : NULL;
     if (c == NULL || (n > 0 && copy == NULL)) {
@@ -1497,6 +1539,12 @@ static rill_err_t post(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t sid,
     c->rid = rid;
     c->toks = copy;
     c->n_toks = n;
+    if (kind == CMD_INGEST) { /* run_cmd reads ingest input from data/len */
+        c->data = copy;
+        c->len = (size_t)n;
+    }
+    c->on_ack = on_ack;
+    c->ack_user = ack_user;
     if (ask != NULL) {
         c->ask = *ask;
     }
@@ -1509,6 +1557,9 @@ static rill_err_t post(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t sid,
         return RILL_ECLOSED;
     }
     push(sch, c);
+    if (is_question_cmd(c) && sch->preemptible) {
+        atomic_store(&sch->preempt, 1);
+    }
     pthread_mutex_unlock(&sch->mu);
     return RILL_OK;
 }
@@ -1553,6 +1604,8 @@ rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *
     sch->n_ctx = rill_session_pool_n_ctx(pool);
     sch->tok = rill_session_pool_tokenizer(pool);
     atomic_init(&sch->next_rid, 1);
+    atomic_init(&sch->preempt, 0);
+    rill_forward_set_cancel(rill_session_pool_forward(pool), &sch->preempt);
     sch->items = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->items);
     sch->item_req = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->item_req);
     sch->item_sess = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->item_sess);
@@ -1595,6 +1648,8 @@ void rill_sched_destroy(rill_sched_t **sp) {
                 if (c->kind == CMD_ASK || c->kind == CMD_TURN || c->kind == CMD_SPEC ||
                     c->kind == CMD_STANDING) {
                     fail_async(c, RILL_ECANCELED, "scheduler stopped");
+                } else if (c->on_ack != NULL) {
+                    c->on_ack(c->ack_user, RILL_ECANCELED, "scheduler stopped");
                 }
                 rill_free(c->toks);
                 rill_free(c);
@@ -1604,6 +1659,8 @@ void rill_sched_destroy(rill_sched_t **sp) {
         pthread_cond_destroy(&sch->wake);
         pthread_cond_destroy(&sch->done);
     }
+    /* the forward outlives the scheduler (the engine thread is gone: no step reads it) */
+    rill_forward_set_cancel(rill_session_pool_forward(sch->pool), NULL);
     rill_free(sch->items);
     rill_free(sch->item_req);
     rill_free(sch->item_sess);
@@ -1711,12 +1768,24 @@ rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int3
 }
 
 rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const char *text,
-                                  size_t len, bool flush) {
+                                  size_t len, bool flush, int64_t *version) {
     if (sch == NULL || (len > 0 && text == NULL)) {
         return RILL_EINVAL;
     }
     cmd_t c = { .kind = CMD_INGEST_TEXT, .sid = sid, .data = text, .len = len, .flush = flush };
-    return call(sch, &c);
+    rill_err_t err = call(sch, &c);
+    if (err == RILL_OK && version != NULL) {
+        *version = c.ret;
+    }
+    return err;
+}
+
+rill_err_t rill_sched_ingest_async(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,
+                                   int32_t n, rill_sched_ack_fn on_ack, void *user) {
+    if (sch == NULL || n < 1 || tokens == NULL) {
+        return RILL_EINVAL;
+    }
+    return post(sch, CMD_INGEST, sid, 0, tokens, n, NULL, on_ack, user);
 }
 
 static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t sid,
@@ -1729,7 +1798,7 @@ static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t si
         return RILL_EINVAL;
     }
     rill_sched_rid_t id = atomic_fetch_add(&sch->next_rid, 1);
-    rill_err_t err = post(sch, kind, sid, id, toks, n, q);
+    rill_err_t err = post(sch, kind, sid, id, toks, n, q, NULL, NULL);
     if (err == RILL_OK) {
         *rid = id;
     }
@@ -1767,7 +1836,7 @@ rill_err_t rill_sched_cancel(rill_sched_t *sch, rill_sched_rid_t rid) {
     if (rid == 0 || rid >= atomic_load(&sch->next_rid)) {
         return RILL_ENOTFOUND;
     }
-    return post(sch, CMD_CANCEL, 0, rid, NULL, 0, NULL);
+    return post(sch, CMD_CANCEL, 0, rid, NULL, 0, NULL, NULL, NULL);
 }
 
 rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, const int32_t *input,
@@ -1778,7 +1847,7 @@ rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, cons
     if (spec == 0 || spec >= atomic_load(&sch->next_rid)) {
         return RILL_ENOTFOUND;
     }
-    return post(sch, CMD_COMMIT, 0, spec, input, n_input, NULL);
+    return post(sch, CMD_COMMIT, 0, spec, input, n_input, NULL, NULL, NULL);
 }
 
 rill_err_t rill_sched_standing_unregister(rill_sched_t *sch, rill_sched_rid_t qid) {

@@ -132,6 +132,10 @@ int32_t rill_session_pool_n_vocab(const rill_session_pool_t *p) {
     return p->n_vocab;
 }
 
+rill_forward_t *rill_session_pool_forward(rill_session_pool_t *p) {
+    return p->fw;
+}
+
 int32_t rill_session_pool_max_batch(const rill_session_pool_t *p) {
     return p->max_batch;
 }

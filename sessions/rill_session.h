@@ -151,6 +151,9 @@ int32_t rill_session_pool_max_batch(const rill_session_pool_t *p);
 /* The model's vocabulary size (the length of a logits row). */
 int32_t rill_session_pool_n_vocab(const rill_session_pool_t *p);
 
+/* The forward the pool was made with (borrowed). */
+rill_forward_t *rill_session_pool_forward(rill_session_pool_t *p);
+
 /* Detail of the last error rill_session_step() returned. Borrowed; valid until the next step. */
 const char *rill_session_pool_last_error(const rill_session_pool_t *p);
 
@@ -304,7 +307,9 @@ typedef struct rill_session_step {
  * bits. Errors: RILL_EINVAL (NULL, an item out of range, a session twice or of another pool),
  * RILL_ERANGE (more than max_batch tokens or RILL_SESSION_STEP_MAX_LOGITS logits rows),
  * RILL_EFULL (the free pages cannot cover every item's worst case: nothing changed), forward
- * errors (the tokens stay queued; logits invalid). The detail is in
+ * errors, RILL_ECANCELED among them (rill_forward_set_cancel): the tokens stay queued, the pages
+ * the step took are returned (copy-on-write copies made for it stay, holding the same rows),
+ * window evictions done first stay done; logits invalid. The detail is in
  * rill_session_pool_last_error(). Allocates nothing. */
 rill_err_t rill_session_step(rill_session_pool_t *p, rill_session_step_t *items, int32_t n_items);
 

@@ -197,7 +197,157 @@ static void idle(rig_t *g) {
     ck_assert_int_eq(rill_sched_wait_idle(g->sch, 60 * SEC), RILL_OK);
 }
 
+/* on_ack of rill_sched_ingest_async: statuses in call order, and the answers seen by then. */
+typedef struct acks {
+    pthread_mutex_t mu;
+    int n;
+    rill_err_t status[64];
+    int answers_done_before[64];
+    outcome_t *o; /* NULL or the question asked after the ingest */
+} acks_t;
+
+static void on_ack(void *user, rill_err_t status, const char *message) {
+    acks_t *k = user;
+    ck_assert_ptr_nonnull(message);
+    ck_assert(status == RILL_OK || message[0] != '\0');
+    pthread_mutex_lock(&k->mu);
+    if (k->n < 64) {
+        int done = 0;
+        if (k->o != NULL) {
+            pthread_mutex_lock(&k->o->mu);
+            done = k->o->n_done;
+            pthread_mutex_unlock(&k->o->mu);
+        }
+        k->answers_done_before[k->n] = done;
+        k->status[k->n] = status;
+    }
+    k->n++;
+    pthread_mutex_unlock(&k->mu);
+}
+
 /* ---- tests ----------------------------------------------------------------------------------- */
+
+/* rill_sched_ingest_async returns at once; a question asked right after waits for that input
+ * (the answer equals the direct query on all of it), the acknowledgement comes first, a missing
+ * session is reported through on_ack, bad arguments at the call, and every call is answered
+ * exactly once even when the scheduler is destroyed with inputs still queued. */
+START_TEST(async_ingest_is_ordered_and_acknowledged) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[120], q[10], want[6];
+    random_tokens(data, 120, g.V);
+    random_tokens(q, 10, g.V);
+    outcome_t o;
+    outcome_init(&o);
+    acks_t k = { .o = &o };
+    pthread_mutex_init(&k.mu, NULL);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, data + 40, 80, on_ack, &k), RILL_OK);
+    rill_sched_ask_t a = ask_of(q, 10, 6, &o);
+    rill_sched_rid_t rid = 0;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    ck_assert_int_eq(o.a.version, 2);
+    ck_assert_int_eq(o.a.n_context, 120); /* the async input was waited for */
+    ck_assert_int_eq(direct_answer(&g, data, 120, q, 10, 6, want), 6);
+    ck_assert_mem_eq(o.tokens, want, 6 * sizeof(int32_t));
+    idle(&g);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 1);
+    ck_assert_int_eq(k.status[0], RILL_OK);
+    ck_assert_int_eq(k.answers_done_before[0], 0); /* acknowledged before the answer */
+    pthread_mutex_unlock(&k.mu);
+    k.o = NULL;
+    /* errors: at the call (nothing queued, no ack) or through on_ack */
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, data, 0, on_ack, &k), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, NULL, 3, on_ack, &k), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_async(NULL, sid, data, 3, on_ack, &k), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid + 99, data, 3, on_ack, &k), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, data, 3, NULL, NULL), RILL_OK);
+    idle(&g);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 2);
+    ck_assert_int_eq(k.status[1], RILL_ENOTFOUND);
+    pthread_mutex_unlock(&k.mu);
+    int32_t got[200];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 200), 123);
+    ck_assert_mem_eq(got, data, 120 * sizeof(int32_t));
+    /* destroyed with inputs queued: each is acknowledged or cancelled, once */
+    for (int i = 0; i < 40; i++) {
+        ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, data, 2, on_ack, &k), RILL_OK);
+    }
+    rill_sched_destroy(&g.sch);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 42);
+    for (int i = 2; i < 42; i++) {
+        ck_assert_msg(k.status[i] == RILL_OK || k.status[i] == RILL_ECANCELED, "ack %d: %s", i,
+                      rill_err_name(k.status[i]));
+    }
+    pthread_mutex_unlock(&k.mu);
+    pthread_mutex_destroy(&k.mu);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+/* A question submitted while a step of lower work runs stops that step mid-pass (preempted):
+ * the ingest it carried is evaluated later, nothing is lost or doubled, and the answers are
+ * the direct query's. A long backlog keeps the engine in ingest steps the whole time. */
+START_TEST(questions_preempt_running_steps) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 64;
+    sp.max_delay_ns = 0; /* ingest steps of 64 tokens */
+    rig_open_ex(&g, 8192, &sp);
+    enum { BACKLOG = 3000, NQ = 30 };
+    rill_sched_sid_t busy = new_session(&g, 4, 124), sid = new_session(&g, 0, 0);
+    int32_t *data = malloc(BACKLOG * sizeof *data), ctx[40], q[8], want[4];
+    random_tokens(data, BACKLOG, g.V);
+    random_tokens(ctx, 40, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, ctx, 40), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, busy, data, BACKLOG), RILL_OK);
+    rill_sched_stats_t st;
+    int asked = 0;
+    for (; asked < NQ; asked++) {
+        random_tokens(q, 8, g.V);
+        outcome_t o;
+        outcome_init(&o);
+        rill_sched_ask_t a = ask_of(q, 8, 4, &o);
+        rill_sched_rid_t rid = 0;
+        usleep(300 + (useconds_t)(rnd() % 700));
+        ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+        wait_done(&o, 1);
+        ck_assert_int_eq(o.a.status, RILL_OK);
+        ck_assert_int_eq(o.a.n_context, 40);
+        ck_assert_int_eq(direct_answer(&g, ctx, 40, q, 8, 4, want), 4);
+        ck_assert_mem_eq(o.tokens, want, 4 * sizeof(int32_t));
+        outcome_deinit(&o);
+        rill_sched_stats(g.sch, &st);
+        if (st.preempted >= 3) {
+            break;
+        }
+    }
+    ck_assert_msg(st.preempted >= 1, "no step was preempted in %d questions", asked);
+    idle(&g);
+    /* the windowed session saw every token exactly once: its resident tail is the stream's */
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, busy, &info), RILL_OK);
+    ck_assert_int_eq(info.st.n_pending, 0);
+    int32_t got[200];
+    int64_t n = rill_sched_session_tokens(g.sch, busy, got, 200);
+    ck_assert(n >= 64 + 4 && n <= 128);
+    /* the sinks, then the newest 64 */
+    ck_assert_mem_eq(got, data, 4 * sizeof(int32_t));
+    ck_assert_mem_eq(got + n - 64, data + BACKLOG - 64, 64 * sizeof(int32_t));
+    ck_assert_int_eq(info.version, 1);
+    ck_assert_int_eq(info.st.n_seen, BACKLOG); /* evaluated once each, however often stopped */
+    ck_assert_int_eq(info.st.n_seen, info.st.n_resident + info.st.n_evicted);
+    free(data);
+    rig_close(&g);
+}
+END_TEST
 
 START_TEST(ask_matches_direct_query) {
     rig_t g;
@@ -246,10 +396,26 @@ START_TEST(text_ingest_matches_whole_text) {
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     const char *text = "AAPL 187.32 +0.05 200 B\nMSFT 402.10 -0.40 50 S\nNVDA 950.00 +1.25 10 B\n";
     size_t len = strlen(text);
+    int64_t version = -1, last = 0;
     for (size_t i = 0; i < len; i += 7) {
         size_t m = len - i < 7 ? len - i : 7;
-        ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, text + i, m, i + m == len), RILL_OK);
+        ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, text + i, m, i + m == len, &version),
+                         RILL_OK);
+        ck_assert_int_ge(version, last); /* held text may not change it yet */
+        last = version;
     }
+    /* the version reported with the last input is the session's, and an empty input reads it */
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_gt(version, 0);
+    ck_assert_int_eq(version, info.version);
+    version = -1;
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, "", 0, false, &version), RILL_OK);
+    ck_assert_int_eq(version, info.version);
+    version = -1;
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid + 99, "x", 1, false, &version),
+                     RILL_ENOTFOUND);
+    ck_assert_int_eq(version, -1);
     idle(&g);
     rill_session_t *s = NULL;
     ck_assert_int_eq(rill_session_new(g.rpool, NULL, &s), RILL_OK);
@@ -995,6 +1161,8 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 600);
     if (!stress_only) {
         tcase_add_test(tc, ask_matches_direct_query);
+        tcase_add_test(tc, async_ingest_is_ordered_and_acknowledged);
+        tcase_add_test(tc, questions_preempt_running_steps);
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);
         tcase_add_test(tc, adaptive_chunks_follow_step_times);

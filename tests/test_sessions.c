@@ -15,6 +15,7 @@
  */
 #include <check.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -909,6 +910,64 @@ START_TEST(allocation_failures_leave_everything_as_it_was) {
 }
 END_TEST
 
+/* A step whose forward pass is cancelled (rill_forward_set_cancel, as the scheduler preempts)
+ * returns RILL_ECANCELED and changes nothing observable: tokens still queued, nothing resident
+ * added, pages back (but a copy-on-write copy); stepping again gives the uncancelled result. */
+START_TEST(cancelled_step_changes_nothing) {
+    rig_t g;
+    rig_open(&g, QWEN, 4096);
+    int32_t toks[2][70];
+    rill_session_t *s[2] = { NULL, NULL };
+    for (int i = 0; i < 2; i++) {
+        random_tokens(toks[i], 70, g.V);
+        ck_assert_int_eq(rill_session_new(g.pool, NULL, &s[i]), RILL_OK);
+    }
+    ck_assert_int_eq(rill_session_append(s[0], toks[0], 40), RILL_OK);
+    ck_assert_int_eq(rill_session_feed(s[0], toks[0] + 40, 30), RILL_OK);
+    ck_assert_int_eq(rill_session_feed(s[1], toks[1], 70), RILL_OK);
+    rill_session_t *f = NULL; /* a fork shares s[0]'s pages: a write would copy them */
+    ck_assert_int_eq(rill_session_fork(s[0], &f), RILL_OK);
+    const int32_t free0 = rill_session_pool_n_free(g.pool);
+    atomic_int cancel;
+    atomic_init(&cancel, 1);
+    rill_forward_set_cancel(rill_session_pool_forward(g.pool), &cancel);
+    rill_session_step_t it[2] = { { s[0], 30, true }, { s[1], 30, false } };
+    ck_assert_int_eq(rill_session_step(g.pool, it, 2), RILL_ECANCELED);
+    ck_assert_ptr_nonnull(strstr(rill_session_pool_last_error(g.pool), "cancelled"));
+    /* the pages the step took are back, but for the private copy of the page s[0] shares with
+     * f, made before the pass (copy-on-write; the same rows, so nothing observable) */
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), free0 - 1);
+    ck_assert_int_eq(rill_session_pending(s[0]), 30);
+    ck_assert_int_eq(rill_session_pending(s[1]), 70);
+    int32_t n = 0;
+    rill_session_tokens(s[0], &n);
+    ck_assert_int_eq(n, 40);
+    rill_session_tokens(s[1], &n);
+    ck_assert_int_eq(n, 0);
+    atomic_store(&cancel, 0);
+    ck_assert_int_eq(rill_session_drain(s[0]), RILL_OK);
+    ck_assert_int_eq(rill_session_drain(s[1]), RILL_OK);
+    rill_forward_set_cancel(rill_session_pool_forward(g.pool), NULL);
+    float *want = malloc((size_t)g.V * sizeof *want);
+    for (int i = 0; i < 2; i++) {
+        ref_logits(&g, toks[i], 70, want);
+        check_close(logits_of(s[i]), want, g.V, 1e-4, "session stepped after a cancelled step");
+        const int32_t *t = rill_session_tokens(s[i], &n);
+        ck_assert_int_eq(n, 70);
+        ck_assert_mem_eq(t, toks[i], 70 * sizeof(int32_t));
+    }
+    rill_session_tokens(f, &n);
+    ck_assert_int_eq(n, 40); /* the fork kept its own view */
+    free(want);
+    rill_session_destroy(&f);
+    for (int i = 0; i < 2; i++) {
+        rill_session_destroy(&s[i]);
+    }
+    ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
+    rig_close(&g);
+}
+END_TEST
+
 /* Deferred input: rill_session_step() evaluates queued tokens of several sessions in one pass
  * with each session's own positions and pages (logits against the re-prefill oracle). */
 START_TEST(step_batches_sessions_like_lone_appends) {
@@ -1094,6 +1153,7 @@ int main(void) {
     tcase_add_test(tc, arguments_are_checked);
     tcase_add_test(tc, allocation_failures_leave_everything_as_it_was);
     tcase_add_test(tc, step_batches_sessions_like_lone_appends);
+    tcase_add_test(tc, cancelled_step_changes_nothing);
     tcase_add_test(tc, queue_fork_rollback_and_adopt);
     tcase_add_test(tc, unwindowed_fork_does_not_evict);
     suite_add_tcase(su, tc);
