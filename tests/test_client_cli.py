@@ -62,9 +62,11 @@ class Daemon:
         return ["--connect", self.req, "--events", self.ev]
 
     def stop(self):
+        # SIGTERM snapshots every session, evaluating its queued input first: t_ticks leaves
+        # ~800 tokens queued, ~25 s of work in the sanitizer builds at one thread
         self.p.send_signal(signal.SIGTERM)
         try:
-            rc = self.p.wait(timeout=20)
+            rc = self.p.wait(timeout=120)
         except subprocess.TimeoutExpired:
             self.p.kill()
             rc = self.p.wait()

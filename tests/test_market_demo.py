@@ -5,6 +5,11 @@ sharing two cores with another test still has idle time for the standing refresh
 the summary must show both sessions with ticks ingested, standing answers pushed, questions
 answered, and the re-prefill comparison; rilld must stop cleanly (its log says so).
 
+In a sanitizer build (RILL_SANITIZE in BUILD's CMakeCache.txt) the model runs ~7x slower and the
+engine is busy the whole run on a slow 2-core machine, so a refresh rarely finishes before the
+next tick makes it stale (abandoned, as it should be): there the run is lighter and the check is
+that standing refreshes ran (tokens at STANDING class), not that one was pushed.
+
 usage: test_market_demo.py SRC BUILD   (exit 77: the default model is missing)
 """
 import os
@@ -19,8 +24,14 @@ def main():
         print("SKIP: the default model is missing (scripts/setup.sh fetches it)")
         return 77
     env = dict(os.environ, RILL_BUILD=build)
-    p = subprocess.run([os.path.join(src, "demos", "market", "run.sh"), "--duration", "16",
-                        "--sessions", "2", "--rate", "0.5", "--ask-every", "6"],
+    sanitized = False
+    with open(os.path.join(build, "CMakeCache.txt")) as f:
+        for line in f:
+            if line.startswith("RILL_SANITIZE:"):
+                sanitized = line.split("=", 1)[1].strip() != ""
+    load = ["--duration", "24", "--rate", "0.2", "--ask-every", "10"] if sanitized else \
+        ["--duration", "16", "--rate", "0.5", "--ask-every", "6"]
+    p = subprocess.run([os.path.join(src, "demos", "market", "run.sh"), "--sessions", "2", *load],
                        cwd=src, env=env, capture_output=True, text=True, timeout=240)
     out = p.stdout
     print(out[-3000:])
@@ -31,7 +42,12 @@ def main():
     for name, ticks, lines, version, context, pushes in rows:
         assert int(ticks) > 0 and int(lines) > 0 and int(context) > 0, (name, ticks, context)
         assert int(version) > 0, (name, version)
-    assert sum(int(r[5]) for r in rows) > 0, "no standing answer was pushed"
+    pushes = sum(int(r[5]) for r in rows)
+    if sanitized:
+        standing = re.search(r"^engine: .*\bstanding (\d+);", out, re.M)
+        assert standing and (pushes > 0 or int(standing.group(1)) > 0), "no standing refresh ran"
+    else:
+        assert pushes > 0, "no standing answer was pushed"
     assert re.search(r"\bask\s+ttft", out), "no interactive question was answered"
     assert re.search(r"re-prefilling the same data .* \((\d+)x\)", out), "no re-prefill line"
     state = re.search(r"are in (\S+)", out).group(1)
