@@ -37,8 +37,6 @@
 #include "rill_alloc.h"
 #include "rill_log.h"
 
-#define MAX_QUEUED (1 << 20) /* most queued tokens per session before ingest says RILL_EFULL */
-
 typedef enum cmd_kind {
     CMD_CREATE,
     CMD_RESTORE,
@@ -948,7 +946,7 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
             }
         } else if (c->kind == CMD_INGEST || c->kind == CMD_INGEST_TEXT) {
             int64_t v = rill_session_seq(x->s);
-            if (c->len > 0 && rill_session_pending(x->s) > MAX_QUEUED) {
+            if (c->len > 0 && rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
                 c->err = RILL_EFULL;
                 set_msg(c, "%d tokens already queued on the session", rill_session_pending(x->s));
             } else if (c->kind == CMD_INGEST) {

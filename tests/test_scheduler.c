@@ -292,6 +292,44 @@ START_TEST(async_ingest_is_ordered_and_acknowledged) {
 }
 END_TEST
 
+/* Back-pressure: with more than RILL_SCHED_MAX_QUEUED tokens queued on a session, ingest is
+ * refused with RILL_EFULL, blocking or asynchronous (through on_ack, with the reason), and takes
+ * nothing; another session is not affected. The first input is larger than the limit by more
+ * than a step evaluates, so the queue is still over it when the next input arrives. */
+START_TEST(ingest_is_refused_when_too_much_is_queued) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 4, 124), other = new_session(&g, 0, 0);
+    const int32_t n_big = RILL_SCHED_MAX_QUEUED + 4096;
+    int32_t *big = malloc((size_t)n_big * sizeof *big), small[8];
+    ck_assert_ptr_nonnull(big);
+    random_tokens(big, n_big, g.V);
+    random_tokens(small, 8, g.V);
+    acks_t k = { .o = NULL };
+    pthread_mutex_init(&k.mu, NULL);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, big, n_big, on_ack, &k), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, small, 8, on_ack, &k), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, small, 8), RILL_EFULL);
+    int64_t version = -1;
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, "AAPL 1\n", 7, true, &version), RILL_EFULL);
+    ck_assert_int_eq(version, -1);
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 1); /* only the first input was taken */
+    ck_assert_int_eq(info.st.n_seen + info.st.n_pending, n_big);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 2);
+    ck_assert_int_eq(k.status[0], RILL_OK);
+    ck_assert_int_eq(k.status[1], RILL_EFULL);
+    pthread_mutex_unlock(&k.mu);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, other, small, 8), RILL_OK);
+    rill_sched_destroy(&g.sch); /* with a million tokens still queued */
+    pthread_mutex_destroy(&k.mu);
+    free(big);
+    rig_close(&g);
+}
+END_TEST
+
 /* A question submitted while a step of lower work runs stops that step mid-pass (preempted):
  * the ingest it carried is evaluated later, nothing is lost or doubled, and the answers are
  * the direct query's. A long backlog keeps the engine in ingest steps the whole time. */
@@ -1163,6 +1201,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, ask_matches_direct_query);
         tcase_add_test(tc, async_ingest_is_ordered_and_acknowledged);
         tcase_add_test(tc, questions_preempt_running_steps);
+        tcase_add_test(tc, ingest_is_refused_when_too_much_is_queued);
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);
         tcase_add_test(tc, adaptive_chunks_follow_step_times);
