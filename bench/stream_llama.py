@@ -23,9 +23,9 @@ and, while a question waits or decodes, no more data than fills the step cap: --
 worth of tokens at the measured cost per token (the policy of rill's scheduler,
 rill_scheduler.h), at least 16; with no question open, data goes in batches of up to n_batch
 (512). A question waits for the step in flight, like on rill. Same model file, threads and F16
-KV cache as `rill bench stream`; flash attention as --flash-attn says (default: off, llama.cpp's
-own default on CPU; on whichever is faster for llama.cpp when comparing with rill's flash
-kernel); greedy (arg-max) answers of exactly --answer tokens (no stop).
+KV cache as `rill bench stream`; flash attention only with --flash-attn (off is llama.cpp's
+CPU default; turn it on to compare with rill's flash kernel, rill bench stream's default);
+greedy (arg-max) answers of exactly --answer tokens (no stop).
 
 TTFT = from the question's arrival time (its tick) to the end of the llama_decode that gave its
 first answer token (plus the arg-max); total = to its last token.

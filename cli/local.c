@@ -54,13 +54,12 @@ int local_open(local_t *l, const local_opts_t *o) {
     }
     err = rill_backend_new(&bp, &l->be);
     if (err != RILL_OK) {
-        const char *simd = getenv("RILL_SIMD");
-        fprintf(stderr, "rill: cannot create the %s backend: %s%s%s%s\n",
-                o->backend ? o->backend : "cpu", rill_strerror(err),
-                err == RILL_EUNSUPPORTED && simd != NULL ? " (RILL_SIMD=" : "",
-                err == RILL_EUNSUPPORTED && simd != NULL ? simd : "",
-                err == RILL_EUNSUPPORTED && simd != NULL ? " asks for kernels this CPU lacks)"
-                                                         : "");
+        const char *why = err == RILL_EUNSUPPORTED && bp.kind == RILL_BACKEND_CPU
+                              ? rill_backend_simd_unsupported(bp.simd)
+                              : NULL;
+        fprintf(stderr, "rill: cannot create the %s backend: %s%s%s\n",
+                o->backend ? o->backend : "cpu", rill_strerror(err), why ? ": " : "",
+                why ? why : "");
         goto fail;
     }
     err = rill_forward_new(l->model, l->be, NULL, &l->fw);

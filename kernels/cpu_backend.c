@@ -372,13 +372,22 @@ static const rill__cpu_kernels_t *pick_kernels(rill_simd_t simd) {
     return k != NULL ? k : rill__cpu_kernels_scalar();
 }
 
+const char *rill_backend_simd_unsupported(rill_simd_t simd) {
+    const rill_simd_t want = requested(simd);
+    if (pick_kernels(want) != NULL) {
+        return NULL;
+    }
+    const bool env = simd == RILL_SIMD_AUTO, avx2 = want == RILL_SIMD_AVX2;
+    return env && avx2 ? "RILL_SIMD=avx2 asks for kernels this CPU lacks (AVX2, FMA or F16C)"
+           : env       ? "RILL_SIMD=avx512 asks for kernels this CPU lacks (AVX-512 F, VL or BW)"
+           : avx2      ? "AVX2 kernels requested but this CPU lacks AVX2, FMA or F16C"
+                       : "AVX-512 kernels requested but this CPU lacks AVX-512 F, VL or BW";
+}
+
 rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
-    const rill_simd_t simd = requested(p->simd);
-    const rill__cpu_kernels_t *k = pick_kernels(simd);
+    const rill__cpu_kernels_t *k = pick_kernels(requested(p->simd));
     if (k == NULL) {
-        RILL_LOGE("cpu backend: %s kernels requested but this CPU lacks %s",
-                  simd == RILL_SIMD_AVX2 ? "AVX2" : "AVX-512",
-                  simd == RILL_SIMD_AVX2 ? "AVX2, FMA or F16C" : "AVX-512 F, VL or BW");
+        RILL_LOGE("cpu backend: %s", rill_backend_simd_unsupported(p->simd));
         return RILL_EUNSUPPORTED;
     }
     cpu_backend_t *c = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *c);

@@ -203,6 +203,11 @@ rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t 
  * have been freed first (the CPU backends do not track them). */
 void rill_backend_destroy(rill_backend_t **bp);
 
+/* Why a CPU backend of SIMD level simd (AUTO: as RILL_SIMD overrides it) cannot be created on
+ * this CPU, for the message after RILL_EUNSUPPORTED, e.g. "RILL_SIMD=avx512 asks for kernels
+ * this CPU lacks (AVX-512 F, VL or BW)"; NULL when it can. Static string. */
+const char *rill_backend_simd_unsupported(rill_simd_t simd);
+
 /* "ref", "cpu-avx512", "cpu-avx2" or "cpu-scalar". Static string. */
 const char *rill_backend_name(const rill_backend_t *b);
 

@@ -1250,11 +1250,11 @@ static int start(srv_t *s) {
     err = err == RILL_OK ? rill_tick_decoder_new(&tp, &s->tdec) : err;
     s->ticks = err == RILL_OK ? rill_malloc(RILL_MEM_SERVER, MAX_TICKS * sizeof *s->ticks) : NULL;
     if (err != RILL_OK || s->ticks == NULL) {
-        const char *simd = getenv("RILL_SIMD");
-        const bool cpu = s->be == NULL && err == RILL_EUNSUPPORTED && simd != NULL;
-        fprintf(stderr, "rilld: engine start-up failed: %s%s%s%s\n",
-                rill_strerror(err != RILL_OK ? err : RILL_ENOMEM), cpu ? " (RILL_SIMD=" : "",
-                cpu ? simd : "", cpu ? " asks for kernels this CPU lacks)" : "");
+        const char *why = s->be == NULL && err == RILL_EUNSUPPORTED
+                              ? rill_backend_simd_unsupported(bp.simd)
+                              : NULL;
+        fprintf(stderr, "rilld: engine start-up failed: %s%s%s\n",
+                rill_strerror(err != RILL_OK ? err : RILL_ENOMEM), why ? ": " : "", why ? why : "");
         return -1;
     }
     restore_all(s);

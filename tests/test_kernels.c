@@ -2167,6 +2167,12 @@ START_TEST(test_simd_selection) {
         ck_assert_str_eq(rill_backend_name(b), "cpu-avx512");
     }
     rill_backend_destroy(&b);
+    /* the reason given after RILL_EUNSUPPORTED: there exactly when creation fails */
+    ck_assert_ptr_null(rill_backend_simd_unsupported(RILL_SIMD_SCALAR));
+    const char *why = rill_backend_simd_unsupported(RILL_SIMD_AVX512);
+    ck_assert(rill__cpu_has_avx512() ? why == NULL : strstr(why, "AVX-512 F, VL or BW") != NULL);
+    why = rill_backend_simd_unsupported(RILL_SIMD_AVX2);
+    ck_assert(rill__cpu_has_avx2() ? why == NULL : strstr(why, "AVX2, FMA or F16C") != NULL);
     p.simd = (rill_simd_t)4;
     ck_assert_int_eq(rill_backend_new(&p, &b), RILL_EINVAL);
     /* AUTO follows RILL_SIMD (the suite also runs with RILL_SIMD=scalar), else the best table */
