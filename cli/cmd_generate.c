@@ -45,7 +45,7 @@ static char *apply_chat(const local_t *l, const char *prompt, const char *system
 }
 
 int cmd_generate(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
     const char *prompt = NULL, *system = NULL;
     bool chat = false;
     int64_t n_predict = 128;

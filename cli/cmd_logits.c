@@ -13,7 +13,7 @@
 #include "rill_alloc.h"
 
 int cmd_logits(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
     const char *tokens = NULL, *out_path = NULL;
     bool all = false;
     const cli_opt_t opts[] = {

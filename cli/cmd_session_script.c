@@ -438,7 +438,7 @@ static bool read_line(FILE *f, char **buf, size_t *cap, bool *oom) {
 }
 
 int cmd_session_script(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact" };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
     int64_t cells = 8192, n_ctx = 0;
     const char *kv_mem = NULL;
     const cli_opt_t opts[] = {

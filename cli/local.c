@@ -79,8 +79,10 @@ int local_open(local_t *l, const local_opts_t *o) {
         n_ctx = l->hp->n_ctx_train < 4096 ? l->hp->n_ctx_train : 4096;
     }
     if (n_ctx > l->hp->n_ctx_train) {
-        fprintf(stderr, "rill: --ctx %lld exceeds the model's training context %d\n",
-                (long long)n_ctx, l->hp->n_ctx_train);
+        fprintf(stderr,
+                "rill: a context of %lld tokens (%s) exceeds the model's training "
+                "context %d\n",
+                (long long)n_ctx, o->ctx_from != NULL ? o->ctx_from : "--ctx", l->hp->n_ctx_train);
         goto fail;
     }
     int32_t n_pages = (int32_t)((n_ctx + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE);

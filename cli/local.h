@@ -23,6 +23,7 @@ typedef struct local_opts {
     const char *backend;    /* "cpu" (default) or "ref" */
     const char *kv_type;    /* "f16" (default) or "f32" */
     const char *attn;       /* attention kernel: "exact" (default; NULL too) or "flash" */
+    const char *ctx_from;   /* the options n_ctx comes from, for errors (NULL: "--ctx") */
 } local_opts_t;
 
 typedef struct local {

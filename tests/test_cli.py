@@ -194,7 +194,21 @@ def t_bench_model():
     assert j["pp_tok_s"] > 0 and j["tg_tok_s"] > 0 and j["threads"] == 1, j
     assert j["model"] == "rill-tiny-llama-Q4_0.gguf", j
     rows = [l.split("|")[4].strip() for l in out.splitlines() if l.startswith("| rill-tiny")]
-    assert rows == ["pp", "tg"], out
+    assert rows == ["pp16", "tg4"], out
+    assert j["depth"] == 0, j
+    # --depth: the tests run on top of that many cached tokens, named as llama-bench names them
+    out = run("bench", "model", "--model", m, "-p", "16", "-n", "4", "-d", "200", "-r", "1",
+              "-t", "1").stdout
+    j = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+    assert j["depth"] == 200 and j["pp_tok_s"] > 0 and j["tg_tok_s"] > 0, j
+    rows = [l.split("|")[4].strip() for l in out.splitlines() if l.startswith("| rill-tiny")]
+    assert rows == ["pp16 @ d200", "tg4 @ d200"], out
+    # the depth counts against the model's context (256 for the tiny model): a clear error
+    p = subprocess.run([RILL, "bench", "model", "--model", m, "-p", "16", "-n", "4", "-d", "250"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0, p.stdout
+    assert "a context of 266 tokens (-d plus the larger of -p and -n) exceeds the model's " \
+           "training context 256" in p.stderr, p.stderr
 
 
 def t_session_script():
