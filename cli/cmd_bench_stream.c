@@ -1008,6 +1008,7 @@ static int report(bench_t *b) {
         tok_all += tok[c];
     }
     int64_t steps = b->s1.steps - b->s0.steps, preempted = b->s1.preempted - b->s0.preempted;
+    int64_t filler = b->s1.question_step_filler - b->s0.question_step_filler;
     double step_ms = steps > 0 ? busy / 1e6 / (double)steps : NAN;
     double step_tok = steps > 0 ? (double)tok_all / (double)steps : NAN;
 
@@ -1037,9 +1038,10 @@ static int report(bench_t *b) {
            (long long)tok[RILL_SCHED_PREFILL], (long long)tok[RILL_SCHED_DECODE],
            (long long)tok[RILL_SCHED_STANDING], (double)b->drain_ns / 1e6);
     printf("engine steps %lld: %.1f ms and %.1f tokens each on average; step cap at the end %d "
-           "tokens (%.2f ms a token estimated); %lld steps of lower work preempted by a question\n",
+           "tokens (%.2f ms a token estimated); %lld steps of lower work preempted by a question; "
+           "%lld ingest tokens in steps with question work\n",
            (long long)steps, step_ms, step_tok, b->s1.chunk_cap, b->s1.ns_per_token / 1e6,
-           (long long)preempted);
+           (long long)preempted, (long long)filler);
     printf("ingest acknowledgement (on_ack) p50 %.2f ms, p99 %.2f ms after the call; feeder at "
            "most %.1f ms late; TTFT from the ask call p50 %.1f ms, p99 %.1f ms\n",
            ack50, ack99, late_max, eng50, eng99);
@@ -1088,6 +1090,7 @@ static int report(bench_t *b) {
                                           "context_mismatch",
                                           "steps",
                                           "steps_preempted",
+                                          "question_step_filler",
                                           "step_ms",
                                           "step_tokens",
                                           "chunk_cap_end",
@@ -1110,6 +1113,7 @@ static int report(bench_t *b) {
                         (double)mismatch,
                         (double)steps,
                         (double)preempted,
+                        (double)filler,
                         step_ms,
                         step_tok,
                         (double)b->s1.chunk_cap,

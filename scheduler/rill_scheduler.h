@@ -15,18 +15,23 @@
  *   INGEST    data fed to sessions (rill_sched_ingest*), shared system prompts
  *   STANDING  refreshes of standing queries
  *   SPEC      speculative replies (endpoint anticipation)
- * A step that carries question work (DECODE, PREFILL) takes no STANDING or SPEC tokens: they
- * would lengthen the step every waiting answer shares. A step of lower work alone is also
- * preempted inside: when a question or turn is submitted while it runs, its forward pass stops
- * at the next layer (rill_forward_set_cancel on the pool's forward), its tokens stay queued and
- * are evaluated again later, and the question goes into the next step at once (stats.preempted
- * counts these steps). So a question waits about one layer's time for lower work, not a step.
+ * A step that carries question work (DECODE, PREFILL) takes no STANDING or SPEC tokens, and
+ * INGEST tokens only as far as the delay bound below reaches (stats.question_step_filler counts
+ * them): lower work would lengthen the step every waiting answer shares. A step of lower work
+ * alone is also preempted inside: when a question or turn is submitted while it runs, its
+ * forward pass stops at the next layer (rill_forward_set_cancel on the pool's forward), its
+ * tokens stay queued and are evaluated again later, and the question goes into the next step
+ * at once (stats.preempted counts these steps). So a question waits about one layer's time for
+ * lower work alone, not a step.
  *
  * Step size (adaptive chunked prefill). The engine fits its step times to t = a + b * tokens
  * (least squares over recent steps, older ones weighted down by 0.97 per step) and caps a step
  * at (max_delay_ns - a) / b tokens (never below min_chunk, never above step_tokens), so a
  * question that arrives while a step runs waits at most about max_delay_ns for the engine to
  * take it, and a question that is decoding loses at most that per token to another's prefill.
+ * min_chunk's floor is for questions' own tokens and for steps without question work (so that
+ * ingest progresses however slow a token is); ingest joining a question's step stops at the
+ * unfloored (max_delay_ns - a) / b, which may be none.
  *
  * Cell-budget admission. A session reserves the pages its window can occupy
  * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
@@ -334,9 +339,10 @@ typedef struct rill_sched_stats {
     int32_t chunk_cap;                    /* the step cap it gives now */
     int32_t n_sessions;
     int32_t reserved_pages, overflow_pages, free_pages, total_pages;
-    int64_t admission_rejects; /* creations refused with RILL_EFULL */
-    int64_t reclaimed;         /* forks reclaimed at exhaustion */
-    int64_t preempted;         /* steps of lower work stopped mid-pass for a question */
+    int64_t admission_rejects;    /* creations refused with RILL_EFULL */
+    int64_t reclaimed;            /* forks reclaimed at exhaustion */
+    int64_t preempted;            /* steps of lower work stopped mid-pass for a question */
+    int64_t question_step_filler; /* INGEST tokens in steps that carried question work */
     int64_t questions, questions_failed;
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
     int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */

@@ -1115,13 +1115,20 @@ static void learn(rill_sched_t *sch, int32_t T, int64_t ns) {
     }
 }
 
-static int32_t step_cap(const rill_sched_t *sch) {
+/* Tokens a step of max_delay_ns holds by the time model (0 when not even one does);
+ * step_tokens when there is no bound or no model yet. */
+static int32_t delay_tokens(const rill_sched_t *sch) {
     int32_t cap = sch->prm.step_tokens;
     if (sch->prm.max_delay_ns > 0 && sch->ns_per_tok > 0) {
         double c = ((double)sch->prm.max_delay_ns - sch->ns_fixed) / sch->ns_per_tok;
-        if (c < cap) {
-            cap = (int32_t)c;
-        }
+        cap = c < cap ? (c > 0 ? (int32_t)c : 0) : cap;
+    }
+    return cap;
+}
+
+static int32_t step_cap(const rill_sched_t *sch) {
+    int32_t cap = delay_tokens(sch);
+    if (sch->prm.max_delay_ns > 0 && sch->ns_per_tok > 0) {
         cap = cap < sch->prm.min_chunk ? sch->prm.min_chunk : cap;
         cap = cap > sch->prm.step_tokens ? sch->prm.step_tokens : cap;
     }
@@ -1141,6 +1148,13 @@ static int32_t build_step(rill_sched_t *sch) {
     for (int cls = RILL_SCHED_DECODE; cls < RILL_SCHED_N_CLASSES; cls++) {
         if (cls >= RILL_SCHED_STANDING && b.questions) {
             break; /* refreshes and speculation would lengthen a step questions are in */
+        }
+        if (cls == RILL_SCHED_INGEST && b.questions) {
+            /* answers wait for this step: ingest fills it only as far as the delay bound
+             * reaches, without min_chunk's floor (which exists so that ingest progresses in
+             * steps of its own) */
+            int32_t fill = delay_tokens(sch);
+            b.cap = fill < b.cap ? (fill > b.tokens ? fill : b.tokens) : b.cap;
         }
         if (cls == RILL_SCHED_PREFILL || cls == RILL_SCHED_INGEST) {
             /* sessions' own queued data: PREFILL when a request waits for it */
@@ -1367,6 +1381,9 @@ static bool step(rill_sched_t *sch) {
         const int32_t V = rill_session_pool_n_vocab(sch->pool);
         for (int32_t i = 0; i < n; i++) {
             sch->st.tokens[sch->item_class[i]] += sch->items[i].n;
+            if (sch->step_questions && sch->item_class[i] >= RILL_SCHED_INGEST) {
+                sch->st.question_step_filler += sch->items[i].n;
+            }
             req_t *r = sch->item_req[i];
             if (r == NULL) {
                 continue;

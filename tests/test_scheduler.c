@@ -513,6 +513,51 @@ START_TEST(questions_preempt_ingest) {
 }
 END_TEST
 
+/* Ingest joins a step that carries question work only within the delay bound: with a bound
+ * below one token's time none does (however large min_chunk), without a bound it fills the
+ * step. */
+START_TEST(question_steps_take_ingest_within_the_bound) {
+    for (int pass = 0; pass < 2; pass++) {
+        rig_t g;
+        rill_sched_params_t sp = rill_sched_default_params();
+        sp.step_tokens = 16;
+        sp.min_chunk = 16;
+        sp.max_delay_ns = pass == 0 ? 1000 : 0;
+        rig_open_ex(&g, 16384, &sp);
+        rill_sched_sid_t s0 = new_session(&g, 0, 0), other[3];
+        int32_t data[1500], q[6];
+        random_tokens(data, 1500, g.V);
+        random_tokens(q, 6, g.V);
+        ck_assert_int_eq(rill_sched_ingest(g.sch, s0, data, 40), RILL_OK); /* the time model */
+        idle(&g);
+        for (int i = 0; i < 3; i++) {
+            other[i] = new_session(&g, 16, 224);
+            ck_assert_int_eq(rill_sched_ingest(g.sch, other[i], data, 1500), RILL_OK);
+        }
+        outcome_t o;
+        outcome_init(&o);
+        rill_sched_ask_t a = ask_of(q, 6, 4, &o);
+        rill_sched_rid_t rid;
+        ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
+        wait_done(&o, 1);
+        ck_assert_int_eq(o.a.status, RILL_OK);
+        idle(&g);
+        rill_sched_stats_t st;
+        rill_sched_stats(g.sch, &st);
+        ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 40 + 3 * 1500); /* nothing lost */
+        ck_assert_int_eq(st.tokens[RILL_SCHED_PREFILL], 6);
+        if (pass == 0) {
+            ck_assert_int_eq(st.chunk_cap, 16); /* min_chunk still floors ingest's own steps */
+            ck_assert_int_eq(st.question_step_filler, 0);
+        } else { /* the prefill step's 10 free tokens and the decode steps' 15 */
+            ck_assert_int_eq(st.question_step_filler, 10 + 3 * 15);
+        }
+        outcome_deinit(&o);
+        rig_close(&g);
+    }
+}
+END_TEST
+
 /* The step cap follows the measured step times: a delay bound below one token's time gives
  * min_chunk steps, a generous one full steps. */
 START_TEST(adaptive_chunks_follow_step_times) {
@@ -1205,6 +1250,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);
         tcase_add_test(tc, adaptive_chunks_follow_step_times);
+        tcase_add_test(tc, question_steps_take_ingest_within_the_bound);
         tcase_add_test(tc, questions_do_not_wait_for_later_data);
         tcase_add_test(tc, admission_reserves_windows);
         tcase_add_test(tc, exhaustion_reclaims_forks);
