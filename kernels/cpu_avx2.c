@@ -1030,6 +1030,31 @@ INLINE AVX2 __m256 scores8(const float *const *k, const float *q, int32_t np) {
                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+/* dot_body for head_dim 64 with q in registers (q[v] = q + 8v): the same FMAs and additions,
+ * but a K row's vectors are the only loads (q's would be reloaded for every row otherwise). */
+INLINE AVX2 __m256 dot_body64(const float *k, const __m256 *q) {
+    const __m256 z = _mm256_setzero_ps();
+    __m256 a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k), q[0], z);
+    __m256 a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 8), q[1], z);
+    __m256 a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 16), q[2], z);
+    __m256 a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 24), q[3], z);
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 32), q[4], a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 40), q[5], a1);
+    a2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 48), q[6], a2);
+    a3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + 56), q[7], a3);
+    return _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
+}
+
+/* scores8 for head_dim 64, q in registers. */
+INLINE AVX2 __m256 scores8_64(const float *const *k, const __m256 *q) {
+    const __m256 h0 = _mm256_hadd_ps(halves2(dot_body64(k[0], q), dot_body64(k[1], q)),
+                                     halves2(dot_body64(k[2], q), dot_body64(k[3], q)));
+    const __m256 h1 = _mm256_hadd_ps(halves2(dot_body64(k[4], q), dot_body64(k[5], q)),
+                                     halves2(dot_body64(k[6], q), dot_body64(k[7], q)));
+    return _mm256_permutevar8x32_ps(_mm256_hadd_ps(h0, h1),
+                                    _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
 /* One lane of vsum_head over 64 dims from d0: acc[v] += p_j * V_j[d0 + 8v ..] for its slots j =
  * L, L + n_lanes, ... < n_kv, in order (f16 is a constant after inlining: no branch inside). */
 INLINE AVX2 void vsum_lane(__m256 *acc, const uint8_t *const *vch, size_t in_chunk, const float *p,
@@ -1227,7 +1252,16 @@ static AVX2 void attention_run(const rill__attn_task_t *a, int32_t t0, int32_t n
             for (int32_t i = 0; i < nh; i++) {
                 const int32_t r = t * nh + i;
                 const float *qr = qf + (size_t)r * D;
-                __m256 sc = scores8(kr, qr, np);
+                __m256 sc;
+                if (D == 64) {
+                    const __m256 q64[8] = { _mm256_load_ps(qr),      _mm256_load_ps(qr + 8),
+                                            _mm256_load_ps(qr + 16), _mm256_load_ps(qr + 24),
+                                            _mm256_load_ps(qr + 32), _mm256_load_ps(qr + 40),
+                                            _mm256_load_ps(qr + 48), _mm256_load_ps(qr + 56) };
+                    sc = scores8_64(kr, q64);
+                } else {
+                    sc = scores8(kr, qr, np);
+                }
                 if (np < D) { /* the dot's tail, lane by lane */
                     _Alignas(32) float tl[8];
                     _mm256_store_ps(tl, sc);
@@ -1325,20 +1359,31 @@ static AVX2 void attention(const rill__attn_task_t *a) {
  * The one-pass kernel (rill__attention_head_flash_ref states it), for the n_t x nh queries of a
  * run, block by block (FLASH_B = 32 slots from slot 0, any page size). Per block, the K rows
  * (and, when 2+ queries share them, the V rows) of an F16 pool are widened to f32 once for all
- * the run's queries; then per query:
- *   - the scores of 8 rows at a time with the exact kernel's scores8 and tail (the same dot, so
- *     the same bits), times the scale; the block max over the query's valid slots;
- *   - when the max grows, c = ggml_expf8 of one broadcast value (its lane is rill__ggml_expf):
- *     S = S * c, and acc * c folded into the V step below (the same two roundings);
- *   - the weights ggml_expf8(s - m), 8 slots at a time; S summed one weight at a time in slot
- *     order, as the reference does (a horizontal sum would round differently);
- *   - acc[d] = fma(p_j, V_j[d], acc[d]) over the slots in order, 8 dims per vector and up to 64
- *     dims in registers: each dim's chain is the reference's, dims are independent.
+ * the run's queries; then
+ *   1. per query: the scores of 8 rows at a time with the exact kernel's scores8 and tail (the
+ *      same dot, so the same bits; for head_dim 64 with q held in registers), times the scale;
+ *      the block max over the query's valid slots; when the max grows, c = ggml_expf8 of one
+ *      broadcast value (its lane is rill__ggml_expf) and S = S * c; the weights
+ *      ggml_expf8(s - m), 8 slots at a time;
+ *   2. S summed one weight at a time in slot order, as the reference does (a horizontal sum
+ *      would round differently): a chain of dependent additions per query, so four queries'
+ *      chains run interleaved;
+ *   3. per query: acc * c when the max grew (the reference's rounding), then acc[d] =
+ *      fma(p_j, V_j[d], acc[d]) over the slots in order, 8 dims per vector and up to 64 dims
+ *      in registers: each dim's chain is the reference's, dims are independent.
  * A query's m, S and acc stay in the scratch between blocks, so memory is O(block) for any n_kv
  * and the only split is when a run's queries do not fit (never for one query). A head_dim that
  * is not a multiple of 8 goes to the scalar table's kernel (the same bits). */
 
 #define FLASH_B RILL_ATTN_FLASH_BLOCK
+
+/* A query's running state, in its 8 floats of scratch: the max m and sum S so far, and for the
+ * block at hand its slot count n and whether (and by c) the block rescales S and acc. */
+typedef struct flash_state {
+    float m, S, c;
+    int32_t n, rescale, pad[3];
+} flash_state_t;
+_Static_assert(sizeof(flash_state_t) == 8 * sizeof(float), "a query's state is 8 floats");
 
 /* Floats of scratch a flash run of nq queries needs: per query its q (rounded to K's type), acc
  * (D each), one block's scores/weights (FLASH_B) and m, S (padded to 8); for an F16 pool the
@@ -1444,8 +1489,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             _mm256_store_ps(qf + (size_t)r * D + d, v);
             _mm256_store_ps(acc + (size_t)r * D + d, _mm256_setzero_ps());
         }
-        ms[(size_t)r * 8] = -INFINITY; /* m */
-        ms[(size_t)r * 8 + 1] = 0.0f;  /* S */
+        *(flash_state_t *)(ms + (size_t)r * 8) = (flash_state_t){ .m = -INFINITY, .S = 0.0f };
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const float *kr[FLASH_B];
@@ -1480,17 +1524,26 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
         for (int32_t i = nb; i < ((nb + 7) & ~7); i++) { /* scores8 reads whole groups of 8 */
             kr[i] = zero_row;
         }
+        /* 1. per query: scores, block max, the rescale of S and the weights */
         for (int32_t r = 0; r < nq; r++) {
+            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
             const int32_t n = a->tok[t0 + r / nh].n_kv - j0 < nb ? a->tok[t0 + r / nh].n_kv - j0
                                                                  : nb; /* the query's slots */
+            st->n = n > 0 ? n : 0;
             if (n <= 0) {
                 continue;
             }
             const float *qr = qf + (size_t)r * D;
             float *p = pw + (size_t)r * FLASH_B;
             __m256 vmax = _mm256_set1_ps(-INFINITY);
+            __m256 q64[8];
+            if (D == 64) {
+                for (int v = 0; v < 8; v++) {
+                    q64[v] = _mm256_load_ps(qr + 8 * v);
+                }
+            }
             for (int32_t c8 = 0; 8 * c8 < n; c8++) {
-                __m256 sc = scores8(kr + 8 * c8, qr, np);
+                __m256 sc = D == 64 ? scores8_64(kr + 8 * c8, q64) : scores8(kr + 8 * c8, qr, np);
                 if (np < D) { /* the dot's tail, lane by lane */
                     _Alignas(32) float tl[8];
                     _mm256_store_ps(tl, sc);
@@ -1509,29 +1562,57 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
             m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
             const float bm = _mm_cvtss_f32(m4);
-            float m = ms[(size_t)r * 8], S = ms[(size_t)r * 8 + 1];
-            const bool rescale = bm > m;
-            __m256 c = _mm256_setzero_ps();
-            if (rescale) {
-                c = ggml_expf8(_mm256_set1_ps(m - bm));
-                S *= _mm256_cvtss_f32(c);
-                m = bm;
+            st->rescale = bm > st->m;
+            if (st->rescale) {
+                st->c = _mm256_cvtss_f32(ggml_expf8(_mm256_set1_ps(st->m - bm)));
+                st->S *= st->c;
+                st->m = bm;
             }
-            const __m256 mv = _mm256_set1_ps(m);
+            const __m256 mv = _mm256_set1_ps(st->m);
             for (int32_t c8 = 0; 8 * c8 < n; c8++) {
                 _mm256_store_ps(p + 8 * c8,
                                 ggml_expf8(_mm256_sub_ps(_mm256_load_ps(p + 8 * c8), mv)));
             }
-            for (int32_t i = 0; i < n; i++) { /* in slot order, as the reference */
+        }
+        /* 2. S += the weights in slot order, as the reference: one dependent chain per query,
+         * so four queries' chains interleave where their slot counts agree */
+        int32_t r = 0;
+        for (; r + 4 <= nq; r += 4) {
+            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
+            const int32_t n = st[0].n;
+            if (st[1].n != n || st[2].n != n || st[3].n != n) {
+                break;
+            }
+            const float *p = pw + (size_t)r * FLASH_B;
+            float S0 = st[0].S, S1 = st[1].S, S2 = st[2].S, S3 = st[3].S;
+            for (int32_t i = 0; i < n; i++) {
+                S0 += p[i];
+                S1 += p[FLASH_B + i];
+                S2 += p[2 * FLASH_B + i];
+                S3 += p[3 * FLASH_B + i];
+            }
+            st[0].S = S0, st[1].S = S1, st[2].S = S2, st[3].S = S3;
+        }
+        for (; r < nq; r++) {
+            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
+            const float *p = pw + (size_t)r * FLASH_B;
+            float S = st->S;
+            for (int32_t i = 0; i < st->n; i++) {
                 S += p[i];
             }
-            flash_v(acc + (size_t)r * D, D, vr, v_f16, p, n, rescale, c);
-            ms[(size_t)r * 8] = m;
-            ms[(size_t)r * 8 + 1] = S;
+            st->S = S;
+        }
+        /* 3. the V steps */
+        for (r = 0; r < nq; r++) {
+            const flash_state_t *st = (const flash_state_t *)(ms + (size_t)r * 8);
+            if (st->n > 0) {
+                flash_v(acc + (size_t)r * D, D, vr, v_f16, pw + (size_t)r * FLASH_B, st->n,
+                        st->rescale, _mm256_set1_ps(st->c));
+            }
         }
     }
     for (int32_t r = 0; r < nq; r++) {
-        const __m256 inv = _mm256_set1_ps(1.0f / ms[(size_t)r * 8 + 1]);
+        const __m256 inv = _mm256_set1_ps(1.0f / ((const flash_state_t *)(ms + (size_t)r * 8))->S);
         float *o = a->out + (size_t)(t0 + r / nh) * a->tok_stride + (size_t)(h0 + r % nh) * D;
         for (int32_t d = 0; d < D; d += 8) {
             _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_load_ps(acc + (size_t)r * D + d), inv));
