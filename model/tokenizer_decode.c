@@ -155,7 +155,10 @@ int64_t rill_tokenizer_stream_feed(const rill_tokenizer_t *tok, rill_tokenizer_s
         rill_tokenizer_piece(tok, id, (s->flags & RILL_TOKENIZER_STREAM_SPECIAL) != 0, &pl);
     /* the pending bytes followed by the piece, viewed without copying */
     const size_t n = s->n_pend + pl;
-#define AT(i) ((i) < s->n_pend ? s->pend[(i)] : (unsigned char)p[(i)-s->n_pend])
+    /* (n_pend <= 3 was checked above; the second bound says so to the compiler, whose
+     * -Warray-bounds cannot see it in optimized builds) */
+#define AT(i) \
+    ((i) < s->n_pend && (i) < sizeof s->pend ? s->pend[(i)] : (unsigned char)p[(i)-s->n_pend])
     size_t i = 0, o = 0;
     unsigned char unit[4];
     while (i < n) {

@@ -62,6 +62,11 @@ static int parse_ids(char *s, int32_t *out, int cap) {
     return n;
 }
 
+/* Copies a reference field into a fixed buffer; a field that does not fit fails the test. */
+#define COPY_FIELD(dst, src)                                                    \
+    ck_assert_msg(snprintf((dst), sizeof(dst), "%s", (src)) < (int)sizeof(dst), \
+                  "reference field too long: %s", (src))
+
 /* Splits line at tabs in place into at most max fields; returns how many. */
 static int split_tabs(char *line, char **fields, int max) {
     int k = 0;
@@ -95,12 +100,12 @@ static ref_t *load_refs_from(const char *tsv, int *n) {
         int k = split_tabs(line, fields, 9);
         ck_assert_int_eq(k, 9);
         ref_t *r = &refs[(*n)++];
-        snprintf(r->file, sizeof r->file, "%s", fields[0]);
+        COPY_FIELD(r->file, fields[0]);
         r->offset = atol(fields[1]);
         r->rows = atoi(fields[2]);
         r->n_vocab = atoi(fields[3]);
-        snprintf(r->model, sizeof r->model, "%s", fields[4]);
-        snprintf(r->positions, sizeof r->positions, "%s", fields[6]);
+        COPY_FIELD(r->model, fields[4]);
+        COPY_FIELD(r->positions, fields[6]);
         r->n_tokens = parse_ids(fields[7], r->tokens, MAX_TOK);
         r->n_top1 = parse_ids(fields[8], r->top1, MAX_TOK);
     }

@@ -70,6 +70,12 @@ static int parse_ints(char *s, int32_t *out, int cap) {
     return n;
 }
 
+/* Copies a field into dst[cap]; false when it does not fit. */
+static bool copy_field(char *dst, size_t cap, const char *src) {
+    int w = snprintf(dst, cap, "%s", src);
+    return w >= 0 && (size_t)w < cap;
+}
+
 /* Reads tests/data/ref/window/index.tsv into g_cases; false when it cannot be read. */
 static bool load_cases(void) {
     char path[1200];
@@ -100,15 +106,18 @@ static bool load_cases(void) {
             return false;
         }
         wcase_t *c = &g_cases[g_n_cases++];
-        snprintf(c->name, sizeof c->name, "%s", fld[0]);
-        snprintf(c->model, sizeof c->model, "%s", fld[1]);
+        if (!copy_field(c->name, sizeof c->name, fld[0]) ||
+            !copy_field(c->model, sizeof c->model, fld[1]) ||
+            !copy_field(c->file, sizeof c->file, fld[8]) ||
+            !copy_field(c->noshift, sizeof c->noshift, strcmp(fld[9], "-") == 0 ? "" : fld[9])) {
+            fclose(f);
+            return false;
+        }
         c->n_vocab = atoi(fld[3]);
         c->n_sink = atoi(fld[4]);
         c->window = atoi(fld[5]);
         c->evict_pages = atoi(fld[6]);
         c->max_batch = atoi(fld[7]);
-        snprintf(c->file, sizeof c->file, "%s", fld[8]);
-        snprintf(c->noshift, sizeof c->noshift, "%s", strcmp(fld[9], "-") == 0 ? "" : fld[9]);
         c->n_tokens = parse_ints(fld[10], c->tokens, MAX_TOK);
         c->n_appends = parse_ints(fld[11], c->appends, MAX_APPEND);
         c->n_points = parse_ints(fld[12], c->points, MAX_POINTS);
