@@ -62,7 +62,11 @@ typedef struct pend {
     size_t ident_len;
     bool delim; /* the request came with an empty delimiter frame */
     uint64_t req_id;
-    char question[512];
+    char question[512]; /* for display, cut at 511 bytes */
+    char *qtext;        /* standing: the whole question and its answer limit, as persisted */
+    size_t qlen;
+    int32_t n_max;
+    bool unlisted; /* standing: being unregistered (left out of the state file) */
     rill_tokenizer_stream_t stream;
     char *answer; /* text so far */
     size_t answer_len, answer_cap;
@@ -270,6 +274,8 @@ static void link_sess(srv_t *s, srv_sess_t *x) {
     *pp = x;
 }
 
+static int restore_standing(srv_t *s, srv_sess_t *x);
+
 /* Restores every session of the state directory (start-up). */
 static void restore_all(srv_t *s) {
     DIR *dir = opendir(s->p.state_dir);
@@ -316,7 +322,15 @@ static void restore_all(srv_t *s) {
             continue;
         }
         link_sess(s, x);
-        fprintf(stderr, "rilld: restored session %s\n", x->name);
+        int n_standing = restore_standing(s, x);
+        if (n_standing < 0) {
+            fprintf(stderr,
+                    "rilld: session %s: unreadable %s.standing, its later standing "
+                    "queries not restored\n",
+                    x->name, x->name);
+        }
+        fprintf(stderr, "rilld: restored session %s (%d standing queries)\n", x->name,
+                n_standing > 0 ? n_standing : 0);
     }
     closedir(dir);
 }
@@ -399,6 +413,7 @@ static void drop_pend(srv_t *s, pend_t *p) {
         }
     }
     rill_free(p->answer);
+    rill_free(p->qtext);
     rill_free(p);
 }
 
@@ -734,7 +749,7 @@ static void do_create(srv_t *s, const call_t *c, const rill_proto_req_t *r) {
 }
 
 static void remove_files(srv_t *s, const char *name) {
-    static const char *const ext[] = { ".log", ".log.base", ".snap", ".meta" };
+    static const char *const ext[] = { ".log", ".log.base", ".snap", ".meta", ".standing" };
     for (size_t i = 0; i < sizeof ext / sizeof *ext; i++) {
         char path[4200];
         state_path(s, name, ext[i], path, sizeof path);
@@ -870,22 +885,145 @@ static int64_t question_tokens(srv_t *s, const rill_proto_str_t *q, int32_t **ou
     return n;
 }
 
+/* Tokenizes question q and asks it (standing false) or registers it as a standing query of p's
+ * session; on success p->rid is set and p is linked. p->sess, standing and the reply address
+ * are the caller's; a standing query keeps a copy of q for the state file. On failure nothing
+ * is linked and *why says which step failed. */
+static rill_err_t submit_query(srv_t *s, pend_t *p, const rill_proto_str_t *q, int32_t n_max,
+                               const char **why) {
+    int32_t *ids = NULL;
+    int64_t n = question_tokens(s, q, &ids);
+    if (n <= 0) {
+        rill_free(ids);
+        *why = "question: tokenizing failed";
+        return n < 0 ? (rill_err_t)n : RILL_EINVAL;
+    }
+    if (p->standing && (p->qtext = rill_malloc(RILL_MEM_SERVER, q->len + 1)) == NULL) {
+        rill_free(ids);
+        *why = "out of memory";
+        return RILL_ENOMEM;
+    }
+    if (p->standing) {
+        memcpy(p->qtext, q->p, q->len);
+        p->qtext[q->len] = '\0';
+        p->qlen = q->len;
+    }
+    p->n_max = n_max;
+    snprintf(p->question, sizeof p->question, "%.*s", (int)q->len, q->p);
+    rill_tokenizer_stream_init(&p->stream, 0);
+    rill_sched_ask_t a = { .question = ids,
+                           .n_question = (int32_t)n,
+                           .n_max = n_max,
+                           .stop_at_eog = true,
+                           .on_token = cb_token,
+                           .on_done = cb_done,
+                           .user = s };
+    rill_err_t err = p->standing ? rill_sched_standing_register(s->sch, p->sess->sid, &a, &p->rid)
+                                 : rill_sched_ask(s->sch, p->sess->sid, &a, &p->rid);
+    rill_free(ids);
+    if (err != RILL_OK) {
+        rill_free(p->qtext);
+        p->qtext = NULL;
+        *why = "the engine refused the question";
+        return err;
+    }
+    p->next = s->pends;
+    s->pends = p;
+    return RILL_OK;
+}
+
+/* The state file of a session's standing queries, `<name>.standing`: per query, oldest first,
+ * a line "<max_tokens> <bytes>" and then the question's bytes and a newline. Replaced
+ * atomically; removed when the session has none. */
+static rill_err_t write_standing(srv_t *s, const srv_sess_t *x) {
+    char path[4096], tmp[4200];
+    state_path(s, x->name, ".standing", path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    size_t n = 0;
+    for (const pend_t *p = s->pends; p != NULL; p = p->next) {
+        n += p->standing && p->sess == x && !p->unlisted;
+    }
+    if (n == 0) {
+        return unlink(path) == 0 || errno == ENOENT ? RILL_OK : RILL_EIO;
+    }
+    const pend_t **qs = rill_malloc(RILL_MEM_SERVER, n * sizeof *qs);
+    FILE *f = qs != NULL ? fopen(tmp, "w") : NULL;
+    if (f == NULL) {
+        rill_free(qs);
+        return qs == NULL ? RILL_ENOMEM : RILL_EIO;
+    }
+    size_t k = n; /* the list is newest first */
+    for (const pend_t *p = s->pends; p != NULL; p = p->next) {
+        if (p->standing && p->sess == x && !p->unlisted) {
+            qs[--k] = p;
+        }
+    }
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        ok = fprintf(f, "%d %zu\n", qs[i]->n_max, qs[i]->qlen) > 0 &&
+             fwrite(qs[i]->qtext, 1, qs[i]->qlen, f) == qs[i]->qlen && fputc('\n', f) != EOF;
+    }
+    rill_free(qs);
+    ok = fflush(f) == 0 && fsync(fileno(f)) == 0 && ok;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return RILL_EIO;
+    }
+    return RILL_OK;
+}
+
+/* Registers the standing queries of a restored session from its state file; returns how many,
+ * or -1 when the file is unreadable (those before the damage are kept). */
+static int restore_standing(srv_t *s, srv_sess_t *x) {
+    char path[4096];
+    state_path(s, x->name, ".standing", path, sizeof path);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return errno == ENOENT ? 0 : -1;
+    }
+    int count = 0, n_max;
+    size_t len;
+    char *q = NULL;
+    for (int got; (got = fscanf(f, "%d %zu", &n_max, &len)) != EOF; count++) {
+        if (got != 2 || fgetc(f) != '\n' || n_max < 1 || n_max > RILL_PROTO_MAX_TOKENS ||
+            len == 0 || len > RILL_PROTO_MAX_STR) {
+            count = -1;
+            break;
+        }
+        q = rill_malloc(RILL_MEM_SERVER, len);
+        pend_t *p = rill_calloc(RILL_MEM_SERVER, 1, sizeof *p);
+        const char *why = "";
+        rill_proto_str_t qs = { q, len };
+        if (q == NULL || p == NULL || fread(q, 1, len, f) != len || fgetc(f) != '\n') {
+            rill_free(p);
+            count = -1;
+            break;
+        }
+        p->standing = true;
+        p->sess = x;
+        rill_err_t err = submit_query(s, p, &qs, n_max, &why);
+        if (err != RILL_OK) {
+            fprintf(stderr, "rilld: session %s: standing query not restored: %s (%s)\n", x->name,
+                    why, rill_err_name(err));
+            rill_free(p);
+        }
+        rill_free(q);
+        q = NULL;
+    }
+    rill_free(q);
+    fclose(f);
+    return count;
+}
+
 static void do_ask(srv_t *s, const call_t *c, const rill_proto_req_t *r, srv_sess_t *x,
                    bool standing) {
     if (c->ident_len > ID_MAX) {
         reply_err(s, c, r->id, RILL_EINVAL, "identity too long");
         return;
     }
-    int32_t *q = NULL;
-    int64_t n = question_tokens(s, &r->question, &q);
-    if (n <= 0) {
-        rill_free(q);
-        reply_err(s, c, r->id, n < 0 ? (rill_err_t)n : RILL_EINVAL, "question: tokenizing failed");
-        return;
-    }
     pend_t *p = rill_calloc(RILL_MEM_SERVER, 1, sizeof *p);
     if (p == NULL) {
-        rill_free(q);
         reply_err(s, c, r->id, RILL_ENOMEM, "out of memory");
         return;
     }
@@ -895,26 +1033,23 @@ static void do_ask(srv_t *s, const call_t *c, const rill_proto_req_t *r, srv_ses
     p->ident_len = c->ident_len;
     p->delim = c->delim;
     p->req_id = r->id;
-    snprintf(p->question, sizeof p->question, "%.*s", (int)r->question.len, r->question.p);
-    rill_tokenizer_stream_init(&p->stream, 0);
-    rill_sched_ask_t a = { .question = q,
-                           .n_question = (int32_t)n,
-                           .n_max = r->present & RILL_PROTO_HAS_MAX_TOKENS ? r->max_tokens : 48,
-                           .stop_at_eog = true,
-                           .on_token = cb_token,
-                           .on_done = cb_done,
-                           .user = s };
-    rill_err_t err = standing ? rill_sched_standing_register(s->sch, x->sid, &a, &p->rid)
-                              : rill_sched_ask(s->sch, x->sid, &a, &p->rid);
-    rill_free(q);
+    const char *why = "";
+    rill_err_t err = submit_query(
+        s, p, &r->question, r->present & RILL_PROTO_HAS_MAX_TOKENS ? r->max_tokens : 48, &why);
     if (err != RILL_OK) {
         rill_free(p);
-        reply_err(s, c, r->id, err, "the engine refused the question");
+        reply_err(s, c, r->id, err, why);
         return;
     }
-    p->next = s->pends;
-    s->pends = p;
     if (standing) {
+        /* registered only once the state file lists it: a restart must not lose it */
+        if ((err = write_standing(s, x)) != RILL_OK) {
+            (void)rill_sched_standing_unregister(s->sch, p->rid);
+            drain_events(s);
+            drop_pend(s, p);
+            reply_err(s, c, r->id, err, "writing the session's standing queries failed");
+            return;
+        }
         msgpack_packer pk;
         reply_begin(s, &pk, r->id, RILL_OK, "");
         msgpack_pack_map(&pk, 1);
@@ -1081,6 +1216,12 @@ static void handle(srv_t *s, const call_t *c, const void *buf, size_t len) {
         pend_t *p = find_pend(s, r.qid);
         if (p == NULL || !p->standing || p->sess != x) {
             reply_err(s, c, r.id, RILL_ENOTFOUND, "no such standing query on the session");
+            break;
+        }
+        p->unlisted = true; /* the state file first: a restart must not bring it back */
+        if ((err = write_standing(s, x)) != RILL_OK) {
+            p->unlisted = false;
+            reply_err(s, c, r.id, err, "writing the session's standing queries failed");
             break;
         }
         err = rill_sched_standing_unregister(s->sch, r.qid);

@@ -885,22 +885,60 @@ def t_restart():
             q = "What is the station called?"
             a1 = c.call("ask", session="r", question=q, max_tokens=12)
             assert "Nordholm" in a1["answer"], a1
-            s1 = c.call("session.stats", session="r")
+            # standing queries are state too: two registered, one of them unregistered again
+            sq = "Which station is this?"
+            keep = c.call("standing.register", session="r", question=sq, max_tokens=10)["qid"]
+            gone = c.call("standing.register", session="r", question="Wind?", max_tokens=4)["qid"]
+            assert c.call("standing.unregister", session="r", qid=gone) is None
+            deadline = time.time() + 60
+            while True:  # its first refresh, so the engine is idle before the stats below
+                (lst,) = c.call("standing.list", session="r")
+                assert lst["qid"] == keep, lst
+                if lst["refreshes"] >= 1:
+                    break
+                assert time.time() < deadline, lst
+                time.sleep(0.05)
+            s1 = settled_stats(c, "r")
 
-            # SIGTERM: a snapshot is written and restored
+            # SIGTERM: a snapshot is written and restored, with the standing query
             assert d.stop() == 0, d.log()
             assert "stopped" in d.log() and os.path.isfile(os.path.join(state, "r.snap")), \
                 (d.log(), os.listdir(state))
             d.start()
             c = Client(d)
-            assert "restored session r" in d.log(), d.log()
+            assert "restored session r (1 standing queries)" in d.log(), d.log()
             s2 = c.call("session.stats", session="r")
-            for key in ("n_seen", "version", "n_resident", "window", "sinks"):
+            for key in ("n_seen", "version", "n_resident", "window", "sinks", "standing"):
                 assert s2[key] == s1[key], (key, s1, s2)
             a2 = c.call("ask", session="r", question=q, max_tokens=12)
             assert (a2["answer"], a2["tokens"]) == (a1["answer"], a1["tokens"]), (a1, a2)
-            # and kill -9 after the snapshot: the log after it is replayed
+            (lst,) = c.call("standing.list", session="r")
+            assert lst["question"] == sq, lst
+            sub = Sub(d, "r/standing")
+            time.sleep(0.2)  # let the subscription reach rilld
+            v = c.call("ingest.text", session="r", text="Nordholm reports calm.\n",
+                       flush=True)["version"]
+            sub.drain(60, until=lambda ev: any(e["version"] >= v for _, e in ev))
+            ev = sub.of("r/standing")[-1]
+            assert ev["qid"] == lst["qid"] and ev["question"] == sq, ev
+            assert ev["version"] == v and "Nordholm" in ev["answer"], ev
+            # the state file cannot be written (its temporary name is taken by a directory):
+            # neither a registration nor an unregistration happens
+            other = c.call("standing.register", session="r", question="Pressure?")["qid"]
+            blocker = os.path.join(state, "r.standing.tmp")
+            os.mkdir(blocker)
+            assert c.err("standing.register", session="r", question="Wind?") == "EIO"
+            assert c.err("standing.unregister", session="r", qid=other) == "EIO"
+            assert sorted(x["qid"] for x in c.call("standing.list", session="r")) == \
+                sorted([lst["qid"], other])
+            os.rmdir(blocker)
+            assert c.call("standing.unregister", session="r", qid=other) is None
+            assert c.call("standing.unregister", session="r", qid=lst["qid"]) is None
+            assert not os.path.exists(os.path.join(state, "r.standing")), os.listdir(state)
+            # and kill -9 after the snapshot: the log after it is replayed, and a standing
+            # query registered meanwhile is there (acknowledged means written)
             c.call("ingest.text", session="r", text=chunk(99), flush=True)
+            c.call("standing.register", session="r", question=sq, max_tokens=6)
             s3 = settled_stats(c, "r")
             d.proc.kill()
             d.proc.wait()
@@ -908,6 +946,16 @@ def t_restart():
             c = Client(d)
             s4 = c.call("session.stats", session="r")
             assert (s4["n_seen"], s4["version"]) == (s3["n_seen"], s3["version"]), (s3, s4)
+            assert [x["question"] for x in c.call("standing.list", session="r")] == [sq]
+            assert d.stop() == 0, d.log()
+            # a damaged state file: the session is restored, the queries are not, and rilld says so
+            with open(os.path.join(state, "r.standing"), "wb") as f:
+                f.write(b"6 9999\nWhich")
+            d.start()
+            c = Client(d)
+            assert "unreadable r.standing" in d.log(), d.log()
+            assert c.call("session.list") == ["r"] and \
+                c.call("standing.list", session="r") == [], d.log()
             assert d.stop() == 0, d.log()
         finally:
             d.kill()
