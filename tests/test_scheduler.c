@@ -469,31 +469,42 @@ START_TEST(text_ingest_matches_whole_text) {
 }
 END_TEST
 
-/* A question on an idle session is answered while other sessions still have data queued. */
-START_TEST(questions_preempt_ingest) {
-    rig_t g;
+/* The setting of the next tests: steps of 16 tokens (min_chunk 16), max_delay_ns as given; a
+ * session with `warm` tokens evaluated (they also teach the time model), three more with 1500
+ * tokens queued each, then a 6-token question with an answer of n_max tokens on the first,
+ * answered. Leaves the three sessions in other[] and the engine as the answer left it. */
+static void ask_over_queued_ingest(rig_t *g, int64_t max_delay_ns, int32_t warm, int32_t n_max,
+                                   rill_sched_sid_t other[3]) {
     rill_sched_params_t sp = rill_sched_default_params();
     sp.step_tokens = 16;
     sp.min_chunk = 16;
-    sp.max_delay_ns = 0;
-    rig_open_ex(&g, 16384, &sp);
-    rill_sched_sid_t s0 = new_session(&g, 0, 0), other[3];
+    sp.max_delay_ns = max_delay_ns;
+    rig_open_ex(g, 16384, &sp);
+    rill_sched_sid_t s0 = new_session(g, 0, 0);
     int32_t data[1500], q[6];
-    random_tokens(data, 1500, g.V);
-    random_tokens(q, 6, g.V);
-    ck_assert_int_eq(rill_sched_ingest(g.sch, s0, data, 20), RILL_OK);
-    idle(&g);
+    random_tokens(data, 1500, g->V);
+    random_tokens(q, 6, g->V);
+    ck_assert_int_eq(rill_sched_ingest(g->sch, s0, data, warm), RILL_OK);
+    idle(g);
     for (int i = 0; i < 3; i++) {
-        other[i] = new_session(&g, 16, 224); /* the tiny model's context is 256 */
-        ck_assert_int_eq(rill_sched_ingest(g.sch, other[i], data, 1500), RILL_OK);
+        other[i] = new_session(g, 16, 224); /* the tiny model's context is 256 */
+        ck_assert_int_eq(rill_sched_ingest(g->sch, other[i], data, 1500), RILL_OK);
     }
     outcome_t o;
     outcome_init(&o);
-    rill_sched_ask_t a = ask_of(q, 6, 3, &o);
+    rill_sched_ask_t a = ask_of(q, 6, n_max, &o);
     rill_sched_rid_t rid;
-    ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(g->sch, s0, &a, &rid), RILL_OK);
     wait_done(&o, 1);
     ck_assert_int_eq(o.a.status, RILL_OK);
+    outcome_deinit(&o);
+}
+
+/* A question on an idle session is answered while other sessions still have data queued. */
+START_TEST(questions_preempt_ingest) {
+    rig_t g;
+    rill_sched_sid_t other[3];
+    ask_over_queued_ingest(&g, 0, 20, 3, other);
     int64_t queued = 0;
     for (int i = 0; i < 3; i++) {
         rill_sched_session_info_t info;
@@ -508,7 +519,6 @@ START_TEST(questions_preempt_ingest) {
     ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 20 + 3 * 1500);
     ck_assert_int_eq(st.tokens[RILL_SCHED_PREFILL], 6);
     ck_assert_int_eq(st.tokens[RILL_SCHED_DECODE], 2); /* the 3rd answer token is not evaluated */
-    outcome_deinit(&o);
     rig_close(&g);
 }
 END_TEST
@@ -519,28 +529,8 @@ END_TEST
 START_TEST(question_steps_take_ingest_within_the_bound) {
     for (int pass = 0; pass < 2; pass++) {
         rig_t g;
-        rill_sched_params_t sp = rill_sched_default_params();
-        sp.step_tokens = 16;
-        sp.min_chunk = 16;
-        sp.max_delay_ns = pass == 0 ? 1000 : 0;
-        rig_open_ex(&g, 16384, &sp);
-        rill_sched_sid_t s0 = new_session(&g, 0, 0), other[3];
-        int32_t data[1500], q[6];
-        random_tokens(data, 1500, g.V);
-        random_tokens(q, 6, g.V);
-        ck_assert_int_eq(rill_sched_ingest(g.sch, s0, data, 40), RILL_OK); /* the time model */
-        idle(&g);
-        for (int i = 0; i < 3; i++) {
-            other[i] = new_session(&g, 16, 224);
-            ck_assert_int_eq(rill_sched_ingest(g.sch, other[i], data, 1500), RILL_OK);
-        }
-        outcome_t o;
-        outcome_init(&o);
-        rill_sched_ask_t a = ask_of(q, 6, 4, &o);
-        rill_sched_rid_t rid;
-        ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
-        wait_done(&o, 1);
-        ck_assert_int_eq(o.a.status, RILL_OK);
+        rill_sched_sid_t other[3];
+        ask_over_queued_ingest(&g, pass == 0 ? 1000 : 0, 40, 4, other);
         idle(&g);
         rill_sched_stats_t st;
         rill_sched_stats(g.sch, &st);
@@ -552,7 +542,6 @@ START_TEST(question_steps_take_ingest_within_the_bound) {
         } else { /* the prefill step's 10 free tokens and the decode steps' 15 */
             ck_assert_int_eq(st.question_step_filler, 10 + 3 * 15);
         }
-        outcome_deinit(&o);
         rig_close(&g);
     }
 }
