@@ -20,12 +20,13 @@ llama.cpp context driven through llama-cpp-python's low-level API, the best ways
 Both modes batch like a continuous-batching server: each llama_decode carries one token of every
 answer being decoded, then the prefill of waiting questions (arrival order), then (b only) data,
 and, while a question waits or decodes, no more data than fills the step cap: --max-delay-ms
-worth of tokens at the measured cost per token (the policy of rill's scheduler,
-rill_scheduler.h), at least 16; with no question open, data goes in batches of up to n_batch
-(512). A question waits for the step in flight, like on rill. Same model file, threads and F16
-KV cache as `rill bench stream`; flash attention only with --flash-attn (off is llama.cpp's
-CPU default; turn it on to compare with rill's flash kernel, rill bench stream's default);
-greedy (arg-max) answers of exactly --answer tokens (no stop).
+worth of tokens at the measured cost per token, at least 16 (rill's scheduler has had no such
+floor for data in a question's step since 356b1d3; for llama.cpp, whose question prefill is not
+chunked here, the floor measured better: docs/benchmarks.md); with no question open, data goes
+in batches of up to n_batch (512). A question waits for the step in flight, like on rill. Same
+model file, threads and F16 KV cache as `rill bench stream`; flash attention only with
+--flash-attn (off is llama.cpp's CPU default and, at long contexts on the CPUs measured, its
+faster mode: docs/benchmarks.md); greedy (arg-max) answers of exactly --answer tokens (no stop).
 
 TTFT = from the question's arrival time (its tick) to the end of the llama_decode that gave its
 first answer token (plus the arg-max); total = to its last token.
