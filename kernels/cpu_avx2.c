@@ -1045,6 +1045,13 @@ INLINE AVX2 __m256 dot_body64(const float *k, const __m256 *q) {
     return _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
 }
 
+/* q's 8 vectors (head_dim 64, 32-byte aligned) for dot_body64. */
+INLINE AVX2 void load_q64(const float *q, __m256 *out) {
+    for (int v = 0; v < 8; v++) {
+        out[v] = _mm256_load_ps(q + 8 * v);
+    }
+}
+
 /* scores8 for head_dim 64, q in registers. */
 INLINE AVX2 __m256 scores8_64(const float *const *k, const __m256 *q) {
     const __m256 h0 = _mm256_hadd_ps(halves2(dot_body64(k[0], q), dot_body64(k[1], q)),
@@ -1252,16 +1259,11 @@ static AVX2 void attention_run(const rill__attn_task_t *a, int32_t t0, int32_t n
             for (int32_t i = 0; i < nh; i++) {
                 const int32_t r = t * nh + i;
                 const float *qr = qf + (size_t)r * D;
-                __m256 sc;
+                __m256 q64[8];
                 if (D == 64) {
-                    const __m256 q64[8] = { _mm256_load_ps(qr),      _mm256_load_ps(qr + 8),
-                                            _mm256_load_ps(qr + 16), _mm256_load_ps(qr + 24),
-                                            _mm256_load_ps(qr + 32), _mm256_load_ps(qr + 40),
-                                            _mm256_load_ps(qr + 48), _mm256_load_ps(qr + 56) };
-                    sc = scores8_64(kr, q64);
-                } else {
-                    sc = scores8(kr, qr, np);
+                    load_q64(qr, q64);
                 }
+                __m256 sc = D == 64 ? scores8_64(kr, q64) : scores8(kr, qr, np);
                 if (np < D) { /* the dot's tail, lane by lane */
                     _Alignas(32) float tl[8];
                     _mm256_store_ps(tl, sc);
@@ -1477,6 +1479,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
     float *const qf = a->scratch, *const acc = qf + (size_t)nq * D;
     float *const pw = acc + (size_t)nq * D, *const ms = pw + (size_t)nq * FLASH_B;
     float *const kbuf = ms + (size_t)nq * 8, *const vbuf = kbuf + (size_t)FLASH_B * D;
+    flash_state_t *const qst = (flash_state_t *)ms; /* query r's state: qst[r] */
     /* V is widened once per block when queries share it; one query reads the f16 rows */
     const bool v_copy = f16 && nq > 1, v_f16 = f16 && !v_copy;
     for (int32_t r = 0; r < nq; r++) {
@@ -1489,7 +1492,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             _mm256_store_ps(qf + (size_t)r * D + d, v);
             _mm256_store_ps(acc + (size_t)r * D + d, _mm256_setzero_ps());
         }
-        *(flash_state_t *)(ms + (size_t)r * 8) = (flash_state_t){ .m = -INFINITY, .S = 0.0f };
+        qst[r] = (flash_state_t){ .m = -INFINITY, .S = 0.0f };
     }
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const float *kr[FLASH_B];
@@ -1526,7 +1529,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
         }
         /* 1. per query: scores, block max, the rescale of S and the weights */
         for (int32_t r = 0; r < nq; r++) {
-            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
+            flash_state_t *st = &qst[r];
             const int32_t n = a->tok[t0 + r / nh].n_kv - j0 < nb ? a->tok[t0 + r / nh].n_kv - j0
                                                                  : nb; /* the query's slots */
             st->n = n > 0 ? n : 0;
@@ -1538,9 +1541,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             __m256 vmax = _mm256_set1_ps(-INFINITY);
             __m256 q64[8];
             if (D == 64) {
-                for (int v = 0; v < 8; v++) {
-                    q64[v] = _mm256_load_ps(qr + 8 * v);
-                }
+                load_q64(qr, q64);
             }
             for (int32_t c8 = 0; 8 * c8 < n; c8++) {
                 __m256 sc = D == 64 ? scores8_64(kr + 8 * c8, q64) : scores8(kr + 8 * c8, qr, np);
@@ -1576,35 +1577,32 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
         }
         /* 2. S += the weights in slot order, as the reference: one dependent chain per query,
          * so four queries' chains interleave where their slot counts agree */
-        int32_t r = 0;
-        for (; r + 4 <= nq; r += 4) {
-            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
+        for (int32_t r = 0; r < nq;) {
+            flash_state_t *st = &qst[r];
+            const float *p = pw + (size_t)r * FLASH_B;
             const int32_t n = st[0].n;
-            if (st[1].n != n || st[2].n != n || st[3].n != n) {
-                break;
+            if (r + 4 <= nq && st[1].n == n && st[2].n == n && st[3].n == n) {
+                float S0 = st[0].S, S1 = st[1].S, S2 = st[2].S, S3 = st[3].S;
+                for (int32_t i = 0; i < n; i++) {
+                    S0 += p[i];
+                    S1 += p[FLASH_B + i];
+                    S2 += p[2 * FLASH_B + i];
+                    S3 += p[3 * FLASH_B + i];
+                }
+                st[0].S = S0, st[1].S = S1, st[2].S = S2, st[3].S = S3;
+                r += 4;
+            } else {
+                float S = st->S;
+                for (int32_t i = 0; i < n; i++) {
+                    S += p[i];
+                }
+                st->S = S;
+                r++;
             }
-            const float *p = pw + (size_t)r * FLASH_B;
-            float S0 = st[0].S, S1 = st[1].S, S2 = st[2].S, S3 = st[3].S;
-            for (int32_t i = 0; i < n; i++) {
-                S0 += p[i];
-                S1 += p[FLASH_B + i];
-                S2 += p[2 * FLASH_B + i];
-                S3 += p[3 * FLASH_B + i];
-            }
-            st[0].S = S0, st[1].S = S1, st[2].S = S2, st[3].S = S3;
-        }
-        for (; r < nq; r++) {
-            flash_state_t *st = (flash_state_t *)(ms + (size_t)r * 8);
-            const float *p = pw + (size_t)r * FLASH_B;
-            float S = st->S;
-            for (int32_t i = 0; i < st->n; i++) {
-                S += p[i];
-            }
-            st->S = S;
         }
         /* 3. the V steps */
-        for (r = 0; r < nq; r++) {
-            const flash_state_t *st = (const flash_state_t *)(ms + (size_t)r * 8);
+        for (int32_t r = 0; r < nq; r++) {
+            const flash_state_t *st = &qst[r];
             if (st->n > 0) {
                 flash_v(acc + (size_t)r * D, D, vr, v_f16, pw + (size_t)r * FLASH_B, st->n,
                         st->rescale, _mm256_set1_ps(st->c));
@@ -1612,7 +1610,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
         }
     }
     for (int32_t r = 0; r < nq; r++) {
-        const __m256 inv = _mm256_set1_ps(1.0f / ((const flash_state_t *)(ms + (size_t)r * 8))->S);
+        const __m256 inv = _mm256_set1_ps(1.0f / qst[r].S);
         float *o = a->out + (size_t)(t0 + r / nh) * a->tok_stride + (size_t)(h0 + r % nh) * D;
         for (int32_t d = 0; d < D; d += 8) {
             _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_load_ps(acc + (size_t)r * D + d), inv));
