@@ -1361,10 +1361,7 @@ static AVX2 void attention(const rill__attn_task_t *a) {
  * The one-pass kernel (rill__attention_head_flash_ref states it), for the n_t x nh queries of a
  * run, block by block (FLASH_B = 32 slots from slot 0, any page size). Per block, the K rows
  * (and, when 2+ queries share them, the V rows) of an F16 pool are widened to f32 once for all
- * the run's queries, and, in a run of few queries (decode), the next block's rows are
- * prefetched into L2 (pages are 2 KB runs of one head's rows, scattered in the pool, so the
- * hardware prefetcher loses the stream at every page: a decode token at depth 4096 waits on
- * them, docs/benchmarks.md; into L1 they evicted a prefill's q and acc rows); then
+ * the run's queries; then
  *   1. per query: the scores of 8 rows at a time with the exact kernel's scores8 and tail (the
  *      same dot, so the same bits; for head_dim 64 with q held in registers), times the scale;
  *      the block max over the query's valid slots; when the max grows, c = ggml_expf8 of one
@@ -1382,10 +1379,6 @@ static AVX2 void attention(const rill__attn_task_t *a) {
 
 #define FLASH_B RILL_ATTN_FLASH_BLOCK
 
-/* Runs of fewer queries than this prefetch the next block's K/V rows; more queries keep the
- * cores busy long enough per block for the loads to arrive anyway (measured no gain there). */
-#define FLASH_PREFETCH_NQ 16
-
 /* A query's running state, in its 8 floats of scratch: the max m and sum S so far, and for the
  * block at hand its slot count n and whether (and by c) the block rescales S and acc. */
 typedef struct flash_state {
@@ -1400,24 +1393,6 @@ _Static_assert(sizeof(flash_state_t) == 8 * sizeof(float), "a query's state is 8
  * 0). */
 static size_t flash_floats(int32_t nq, int32_t D, bool f16) {
     return (size_t)nq * (size_t)(2 * D + FLASH_B + 8) + (f16 ? 2u * FLASH_B * (size_t)D : 0u);
-}
-
-/* st[k].S += the weights p[k * FLASH_B + i], i < st[0].n, in slot order, for the g (1..4, a
- * constant after inlining) queries k < g of equal slot count: each chain is the reference's,
- * the g chains are issued interleaved. */
-INLINE void sum_chains(flash_state_t *st, const float *p, const int g) {
-    float S[4];
-    for (int k = 0; k < g; k++) {
-        S[k] = st[k].S;
-    }
-    for (int32_t i = 0; i < st[0].n; i++) {
-        for (int k = 0; k < g; k++) {
-            S[k] += p[k * FLASH_B + i];
-        }
-    }
-    for (int k = 0; k < g; k++) {
-        st[k].S = S[k];
-    }
 }
 
 /* acc[0, 64) = (rescale ? acc * c : acc), then acc[d] = fma(p[i], V_i[d0 + d], acc[d]) for the
@@ -1522,34 +1497,12 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const float *kr[FLASH_B];
     const void *vr[FLASH_B];
-    /* page-table cursors (no division per row): the block's next row, and FLASH_B rows ahead
-     * of it, whose K and V lines are prefetched while this block runs */
-    int32_t pi = 0, prow = 0, fpi = FLASH_B / P, frow = FLASH_B % P;
-    const size_t row_bytes = (size_t)D * rill__kv_elt(kv);
-    const bool prefetch = nq < FLASH_PREFETCH_NQ;
     for (int32_t j0 = 0; j0 < n_kv_max; j0 += FLASH_B) {
         const int32_t nb = n_kv_max - j0 < FLASH_B ? n_kv_max - j0 : FLASH_B;
         for (int32_t i = 0; i < nb; i++) {
-            const uint8_t *k0 = rill__kv_ptr(kv, a->pool, a->pages[pi], a->kv_head, prow, 0);
-            const uint8_t *v0 = rill__kv_ptr(kv, a->pool, a->pages[pi], a->kv_head, prow, 1);
-            if (++prow == P) {
-                prow = 0;
-                pi++;
-            }
-            if (prefetch && j0 + FLASH_B + i < n_kv_max) {
-                const char *kn =
-                    (const char *)rill__kv_ptr(kv, a->pool, a->pages[fpi], a->kv_head, frow, 0);
-                const char *vn =
-                    (const char *)rill__kv_ptr(kv, a->pool, a->pages[fpi], a->kv_head, frow, 1);
-                for (size_t o = 0; o < row_bytes; o += 64) {
-                    _mm_prefetch(kn + o, _MM_HINT_T1);
-                    _mm_prefetch(vn + o, _MM_HINT_T1);
-                }
-                if (++frow == P) {
-                    frow = 0;
-                    fpi++;
-                }
-            }
+            const int32_t page = a->pages[(j0 + i) / P], row = (j0 + i) % P;
+            const uint8_t *k0 = rill__kv_ptr(kv, a->pool, page, a->kv_head, row, 0);
+            const uint8_t *v0 = rill__kv_ptr(kv, a->pool, page, a->kv_head, row, 1);
             if (f16) {
                 float *kd = kbuf + (size_t)i * D;
                 for (int32_t d = 0; d < D; d += 8) {
@@ -1623,30 +1576,29 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             }
         }
         /* 2. S += the weights in slot order, as the reference: one dependent chain per query,
-         * so up to four queries' chains interleave where their slot counts agree (a decode
-         * token's GQA group of 3 as well as a prefill's groups of 4) */
+         * so four queries' chains interleave where their slot counts agree */
         for (int32_t r = 0; r < nq;) {
             flash_state_t *st = &qst[r];
-            int32_t g = 1;
-            while (g < 4 && r + g < nq && st[g].n == st[0].n) {
-                g++;
-            }
             const float *p = pw + (size_t)r * FLASH_B;
-            switch (g) {
-            case 4:
-                sum_chains(st, p, 4);
-                break;
-            case 3:
-                sum_chains(st, p, 3);
-                break;
-            case 2:
-                sum_chains(st, p, 2);
-                break;
-            default:
-                sum_chains(st, p, 1);
-                break;
+            const int32_t n = st[0].n;
+            if (r + 4 <= nq && st[1].n == n && st[2].n == n && st[3].n == n) {
+                float S0 = st[0].S, S1 = st[1].S, S2 = st[2].S, S3 = st[3].S;
+                for (int32_t i = 0; i < n; i++) {
+                    S0 += p[i];
+                    S1 += p[FLASH_B + i];
+                    S2 += p[2 * FLASH_B + i];
+                    S3 += p[3 * FLASH_B + i];
+                }
+                st[0].S = S0, st[1].S = S1, st[2].S = S2, st[3].S = S3;
+                r += 4;
+            } else {
+                float S = st->S;
+                for (int32_t i = 0; i < n; i++) {
+                    S += p[i];
+                }
+                st->S = S;
+                r++;
             }
-            r += g;
         }
         /* 3. the V steps */
         for (int32_t r = 0; r < nq; r++) {

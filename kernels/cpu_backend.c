@@ -274,24 +274,19 @@ static rill_err_t cpu_attention(rill_backend_t *b, const rill_kv_layout_t *kv, c
     j.group = n_head / kv->n_kv_heads;
     j.q_per_task = j.group < RILL__ATTN_MAX_Q ? j.group : RILL__ATTN_MAX_Q;
     j.t_per_block = RILL__ATTN_MAX_T;
-    /* Enough tasks for the threads: fewer tokens per task first (4 tasks a thread, for the
-     * balance), then fewer heads, but only while some thread would have no task at all: a
-     * task's heads share every K/V row it reads, so splitting a GQA group reads the cache once
-     * per part (decode at depth 4096 on 2 threads: 1.09-1.37x the tokens/s with the 3 groups
-     * whole than split into 9 single heads, docs/benchmarks.md). */
+    /* enough tasks for the threads: fewer tokens per task first, then fewer heads */
     for (;;) {
         j.n_sub = (j.group + j.q_per_task - 1) / j.q_per_task;
         const int64_t n_blocks = (b->n_tok + j.t_per_block - 1) / j.t_per_block;
         const int64_t n_tasks = n_blocks * kv->n_kv_heads * j.n_sub;
-        if (n_threads == 1 || n_tasks >= 4 * n_threads) {
+        if (n_threads == 1 || n_tasks >= 4 * n_threads ||
+            (j.t_per_block == 1 && j.q_per_task == 1)) {
             break;
         }
         if (j.t_per_block > 1) {
             j.t_per_block /= 2;
-        } else if (j.q_per_task > 1 && n_tasks < n_threads) {
-            j.q_per_task = (j.q_per_task + 1) / 2;
         } else {
-            break;
+            j.q_per_task = (j.q_per_task + 1) / 2;
         }
     }
     const int64_t n_blocks = (b->n_tok + j.t_per_block - 1) / j.t_per_block;
