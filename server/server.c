@@ -973,8 +973,8 @@ static rill_err_t write_standing(srv_t *s, const srv_sess_t *x) {
     return RILL_OK;
 }
 
-/* Registers the standing queries of a restored session from its state file; returns how many,
- * or -1 when the file is unreadable (those before the damage are kept). */
+/* Registers the standing queries of a restored session from its state file; returns how many
+ * were registered, or -1 when the file is unreadable (those before the damage are kept). */
 static int restore_standing(srv_t *s, srv_sess_t *x) {
     char path[4096];
     state_path(s, x->name, ".standing", path, sizeof path);
@@ -985,7 +985,7 @@ static int restore_standing(srv_t *s, srv_sess_t *x) {
     int count = 0, n_max;
     size_t len;
     char *q = NULL;
-    for (int got; (got = fscanf(f, "%d %zu", &n_max, &len)) != EOF; count++) {
+    for (int got; (got = fscanf(f, "%d %zu", &n_max, &len)) != EOF;) {
         if (got != 2 || fgetc(f) != '\n' || n_max < 1 || n_max > RILL_PROTO_MAX_TOKENS ||
             len == 0 || len > RILL_PROTO_MAX_STR) {
             count = -1;
@@ -1003,7 +1003,9 @@ static int restore_standing(srv_t *s, srv_sess_t *x) {
         p->standing = true;
         p->sess = x;
         rill_err_t err = submit_query(s, p, &qs, n_max, &why);
-        if (err != RILL_OK) {
+        if (err == RILL_OK) {
+            count++;
+        } else {
             fprintf(stderr, "rilld: session %s: standing query not restored: %s (%s)\n", x->name,
                     why, rill_err_name(err));
             rill_free(p);
