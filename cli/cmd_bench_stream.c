@@ -29,7 +29,10 @@
  *              cap: 512-token steps, the engine otherwise idle - the best case for this mode).
  *              --stateless questions per context bucket, those with the largest contexts.
  * TTFT is measured the same way in both: from arrival (rill) or submission (stateless) to the
- * on_token callback of the first answer token; total to on_done.
+ * on_token callback of the first answer token; total to on_done. Per question the engine also
+ * reports the backlog of its session it waited for and the time of its own steps
+ * (rill_sched_answer_t), which split a TTFT into own work and waiting behind other work; the
+ * host's steal time over the stream (/proc/stat) says how much a shared machine took away.
  *
  * Rejected: running (a) concurrently with the streams (it would steal the cores rill is being
  * measured on, and its own figures would depend on rill's load); sampling every question in (a)
@@ -90,6 +93,32 @@ typedef struct opts {
 
 typedef struct bench bench_t;
 
+/* The host's CPU time from /proc/stat's "cpu" line, in clock ticks: all of it and what the
+ * hypervisor gave to others (steal); ok false where the file cannot be read (not Linux). */
+typedef struct cpu_time {
+    bool ok;
+    unsigned long long total, steal;
+} cpu_time_t;
+
+static cpu_time_t cpu_time(void) {
+    cpu_time_t c = { false, 0, 0 };
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL) {
+        return c;
+    }
+    unsigned long long v[8] = { 0 };
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4],
+               &v[5], &v[6], &v[7]) == 8) {
+        c.ok = true;
+        for (int i = 0; i < 8; i++) {
+            c.total += v[i];
+        }
+        c.steal = v[7];
+    }
+    fclose(f);
+    return c;
+}
+
 /* One question's outcome in one mode. Written by the engine thread's callbacks (and by the
  * submitting thread before the submission); read by the main thread once `done` is set under
  * the bench's mutex. */
@@ -101,6 +130,7 @@ typedef struct result {
     int64_t first_ns;   /* first answer token (0: none) */
     int64_t done_ns;
     int64_t engine_ttft_ns, engine_total_ns;
+    int64_t backlog, ttft_compute_ns; /* rill_sched_answer_t's */
     int32_t engine_context;
     int64_t standing_age_ns; /* rill mode: now - the standing answer's finish; -1 none yet */
     int32_t n_answer;
@@ -169,6 +199,7 @@ struct bench {
     int64_t n_done, feeders_done;
     rill_err_t feed_err;
     rill_sched_stats_t s0, s1;
+    cpu_time_t c0, c1; /* the host's CPU time over the stream */
     int64_t stream_ns, drain_ns;
     rill_sched_standing_info_t *sinfo; /* per session after the run */
 };
@@ -496,6 +527,8 @@ static void on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t 
     r->status = a->status;
     r->engine_ttft_ns = a->ttft_ns;
     r->engine_total_ns = a->total_ns;
+    r->backlog = a->backlog;
+    r->ttft_compute_ns = a->ttft_compute_ns;
     r->engine_context = a->n_context;
     r->done = true;
     b->n_done++;
@@ -665,6 +698,7 @@ static int run_rill(bench_t *b) {
         goto done;
     }
     rill_sched_stats(b->sch, &b->s0);
+    b->c0 = cpu_time();
     b->t0 = now_ns() + 100000000; /* the feeders start together */
     int32_t started = 0;
     for (; started < K; started++) {
@@ -682,6 +716,7 @@ static int run_rill(bench_t *b) {
     int64_t t_end = now_ns();
     b->stream_ns = t_end - b->t0;
     rill_sched_stats(b->sch, &b->s1);
+    b->c1 = cpu_time();
     if (started < K) {
         goto done;
     }
@@ -844,7 +879,8 @@ static void write_question(FILE *f, const bench_t *b, const question_t *q, const
     json_num(f, "ttft_ms", good ? ttft_ms(r) : NAN);
     json_num(f, "total_ms", good ? (double)(r->done_ns - r->arrival_ns) / 1e6 : NAN);
     json_num(f, "engine_ttft_ms", good ? (double)r->engine_ttft_ns / 1e6 : NAN);
-    fprintf(f, ",\"engine_context\":%d", r->engine_context);
+    json_num(f, "ttft_compute_ms", good ? (double)r->ttft_compute_ns / 1e6 : NAN);
+    fprintf(f, ",\"backlog\":%lld,\"engine_context\":%d", (long long)r->backlog, r->engine_context);
     if (r == &q->rill) {
         json_num(f, "standing_age_ms",
                  r->standing_age_ns >= 0 ? (double)r->standing_age_ns / 1e6 : NAN);
@@ -994,6 +1030,27 @@ static int report(bench_t *b) {
         }
     }
     double eng50 = pct(scratch, m, 0.5), eng99 = pct(scratch, m, 0.99);
+    /* what a question's TTFT (from the ask call) was made of: the steps of its own work (its
+     * question and the backlog of its session it waited for), the rest behind other work */
+    double own[2], other[2], backlog[2];
+    for (int k = 0; k < 3; k++) {
+        m = 0;
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            const result_t *r = &b->qs[i].rill;
+            if (ok(r)) {
+                scratch[m++] = k == 0   ? (double)r->ttft_compute_ns / 1e6
+                               : k == 1 ? (double)(r->engine_ttft_ns - r->ttft_compute_ns) / 1e6
+                                        : (double)r->backlog;
+            }
+        }
+        double *o = k == 0 ? own : k == 1 ? other : backlog;
+        o[0] = pct(scratch, m, 0.5);
+        o[1] = pct(scratch, m, 0.99);
+    }
+    double steal = NAN; /* % of the host's CPU time taken by the hypervisor during the stream */
+    if (b->c0.ok && b->c1.ok && b->c1.total > b->c0.total) {
+        steal = 100.0 * (double)(b->c1.steal - b->c0.steal) / (double)(b->c1.total - b->c0.total);
+    }
     double busy = (double)(b->s1.busy_ns - b->s0.busy_ns);
     double idle = (double)(b->s1.idle_ns - b->s0.idle_ns);
     double util = busy + idle > 0 ? busy / (busy + idle) : NAN;
@@ -1045,6 +1102,15 @@ static int report(bench_t *b) {
     printf("ingest acknowledgement (on_ack) p50 %.2f ms, p99 %.2f ms after the call; feeder at "
            "most %.1f ms late; TTFT from the ask call p50 %.1f ms, p99 %.1f ms\n",
            ack50, ack99, late_max, eng50, eng99);
+    printf("TTFT from the ask call made of: its own steps (its question and the %.0f tokens "
+           "(p50; p99 %.0f) of its session's backlog it waited for) p50 %.1f ms, p99 %.1f ms; "
+           "behind other work p50 %.1f ms, p99 %.1f ms\n",
+           backlog[0], backlog[1], own[0], own[1], other[0], other[1]);
+    if (isfinite(steal)) {
+        printf("host: %.1f%% of its CPU time was stolen by the hypervisor during the stream (a "
+               "noisy machine: compare runs side by side)\n",
+               steal);
+    }
     if (!b->o.no_standing) {
         printf("standing queries: answer age at the questions p50 %.0f ms, p99 %.0f ms; %lld "
                "refreshes, %lld abandoned\n",
@@ -1095,7 +1161,14 @@ static int report(bench_t *b) {
                                           "step_tokens",
                                           "chunk_cap_end",
                                           "engine_ttft_p50_ms",
-                                          "engine_ttft_p99_ms" };
+                                          "engine_ttft_p99_ms",
+                                          "ttft_own_p50_ms",
+                                          "ttft_own_p99_ms",
+                                          "ttft_other_p50_ms",
+                                          "ttft_other_p99_ms",
+                                          "backlog_p50",
+                                          "backlog_p99",
+                                          "host_steal_pct" };
         double rv[] = { util,
                         (double)b->stream_ns / 1e9,
                         (double)b->drain_ns / 1e6,
@@ -1118,7 +1191,14 @@ static int report(bench_t *b) {
                         step_tok,
                         (double)b->s1.chunk_cap,
                         eng50,
-                        eng99 };
+                        eng99,
+                        own[0],
+                        own[1],
+                        other[0],
+                        other[1],
+                        backlog[0],
+                        backlog[1],
+                        steal };
         write_summary(f, b, "rill", &rs, rv, (int)(sizeof rv / sizeof rv[0]), rk);
         if (ss.n + ss.failed > 0) {
             write_summary(f, b, "stateless", &ss, NULL, 0, NULL);
@@ -1279,8 +1359,10 @@ int cmd_bench_stream(int argc, char **argv) {
                        "seeded synthetic market at --rate ticks/s (one text line a tick) and "
                        "gets a\n~32-token question every --every ticks; TTFT is measured from "
                        "the tick's arrival to the first\nanswer token. Prints TTFT p50/p90/p99 "
-                       "per context bucket, engine utilization and standing-query\nanswer age; "
-                       "--export writes the stream for bench/stream_llama.py (llama.cpp "
+                       "per context bucket, engine utilization, standing-query\nanswer age, what "
+                       "the TTFTs were made of (own work, the backlog waited for, other work) "
+                       "and\nthe host's steal time; --export writes the stream for "
+                       "bench/stream_llama.py (llama.cpp "
                        "modes (b), (c)).",
                        pos, 0, &n_pos);
     if (rc != 0) {

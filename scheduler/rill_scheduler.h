@@ -256,6 +256,12 @@ typedef struct rill_sched_answer {
     int64_t total_ns;   /* submission to completion */
     int64_t compute_ns; /* engine time of the steps it took part in */
     int64_t done_ns;    /* rill_now_ns() at completion (answer age = now - done_ns) */
+    /* Where the time to the first token went (0 for a cached answer): */
+    int64_t backlog;         /* tokens of its session acknowledged but not yet evaluated when it
+                                was asked: it waited for them to be evaluated first */
+    int64_t ttft_compute_ns; /* engine time of the steps before its first token that evaluated
+                                its input or that backlog; ttft_ns - ttft_compute_ns it spent
+                                behind other work (steps already running, other questions) */
 } rill_sched_answer_t;
 
 typedef void (*rill_sched_token_fn)(void *user, rill_sched_rid_t rid, int32_t token);

@@ -131,7 +131,8 @@ typedef struct req {
     int64_t version;
     int32_t n_context, base_n;
     int64_t submit_ns, first_ns, compute_ns;
-    bool committed;   /* speculation: the real input arrived */
+    int64_t backlog, ttft_compute_ns; /* rill_sched_answer_t's */
+    bool committed;                   /* speculation: the real input arrived */
     int64_t computed; /* speculation: tokens evaluated on the branch while speculative */
     int64_t target;   /* stream position (tokens) the request must see: the session's tokens
                          acknowledged when it was asked; data that came later is not waited for */
@@ -314,6 +315,8 @@ static void finish(rill_sched_t *sch, req_t *r, rill_err_t status, const char *m
         .total_ns = t - r->submit_ns,
         .compute_ns = r->compute_ns,
         .done_ns = t,
+        .backlog = r->backlog,
+        .ttft_compute_ns = r->ttft_compute_ns,
     };
     if (status == RILL_OK) {
         sch->st.questions += r->kind != REQ_SPEC || r->committed;
@@ -698,6 +701,7 @@ static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **
     r->phase = PH_WAIT;
     r->stale = true;
     r->target = acknowledged(x);
+    r->backlog = rill_session_pending(x->s);
     x->n_waiting++;
     r->next = sch->reqs;
     sch->reqs = r;
@@ -1192,6 +1196,8 @@ static int32_t build_step(rill_sched_t *sch) {
                     r->n_out = 0;
                     r->first_ns = 0;
                     r->compute_ns = 0;
+                    r->ttft_compute_ns = 0;
+                    r->backlog = 0; /* refreshes start on evaluated data only */
                     r->submit_ns = now_ns();
                     start_fork(sch, r);
                 }
@@ -1277,7 +1283,9 @@ static void on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t) {
                                       .ttft_ns = r->first_ns - r->submit_ns,
                                       .total_ns = t - r->submit_ns,
                                       .compute_ns = r->compute_ns,
-                                      .done_ns = t };
+                                      .done_ns = t,
+                                      .backlog = r->backlog,
+                                      .ttft_compute_ns = r->ttft_compute_ns };
             if (r->ask.on_done != NULL) {
                 r->ask.on_done(r->ask.user, r->id, &a);
             }
@@ -1305,6 +1313,16 @@ static int32_t argmax(const float *x, int32_t n) {
         }
     }
     return best;
+}
+
+/* A step of ns evaluated queued data of x that requests wait for: it counts towards their time
+ * to the first token. */
+static void own_data_step(rill_sched_t *sch, const sess_t *x, int64_t ns) {
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        if (r->sess == x && r->phase == PH_WAIT) {
+            r->ttft_compute_ns += ns;
+        }
+    }
 }
 
 /* Runs one step; false when there was nothing to do. */
@@ -1386,7 +1404,13 @@ static bool step(rill_sched_t *sch) {
             }
             req_t *r = sch->item_req[i];
             if (r == NULL) {
+                if (sch->item_class[i] == RILL_SCHED_PREFILL) {
+                    own_data_step(sch, sch->item_sess[i], t1 - t0);
+                }
                 continue;
+            }
+            if (r->first_ns == 0) {
+                r->ttft_compute_ns += t1 - t0;
             }
             r->compute_ns += (t1 - t0) * sch->items[i].n / T;
             if (r->kind == REQ_SPEC && !r->committed) {

@@ -612,6 +612,98 @@ START_TEST(questions_do_not_wait_for_later_data) {
 }
 END_TEST
 
+/* A gate in a question's on_token: holds the engine thread in its first call until opened. */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool entered, open;
+    outcome_t o;
+} gate_t;
+
+static void gate_on_token(void *user, rill_sched_rid_t rid, int32_t tok) {
+    gate_t *g = user;
+    pthread_mutex_lock(&g->mu);
+    g->entered = true;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open) {
+        pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+    on_token(&g->o, rid, tok);
+}
+
+static void gate_on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
+    on_done(&((gate_t *)user)->o, rid, a);
+}
+
+/* An answer says what its time to the first token was made of: the backlog of its session it
+ * waited for (the tokens acknowledged but not evaluated when it was asked) and the engine time
+ * of the steps that evaluated that backlog and its question; the time it spent behind a step
+ * that was running without it is not counted as its own. Answers of one token each. */
+START_TEST(answers_account_for_their_first_token_time) {
+    enum { BACKLOG = 40, HOLD_MS = 100 };
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t s1 = new_session(&g, 0, 0), s2 = new_session(&g, 0, 0);
+    int32_t data[BACKLOG], qa[6], qb[6];
+    random_tokens(data, BACKLOG, g.V);
+    random_tokens(qa, 6, g.V);
+    random_tokens(qb, 6, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, s1, data, 10), RILL_OK);
+    idle(&g);
+    gate_t gt = { .entered = false, .open = false };
+    pthread_mutex_init(&gt.mu, NULL);
+    pthread_cond_init(&gt.cv, NULL);
+    outcome_init(&gt.o);
+    rill_sched_ask_t a = { .question = qa,
+                           .n_question = 6,
+                           .n_max = 1,
+                           .on_token = gate_on_token,
+                           .on_done = gate_on_done,
+                           .user = &gt };
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s1, &a, &rid), RILL_OK);
+    pthread_mutex_lock(&gt.mu);
+    while (!gt.entered) { /* the engine is now held inside a step without s2's work */
+        pthread_cond_wait(&gt.cv, &gt.mu);
+    }
+    pthread_mutex_unlock(&gt.mu);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, data, BACKLOG, NULL, NULL), RILL_OK);
+    outcome_t ob;
+    outcome_init(&ob);
+    rill_sched_ask_t b = ask_of(qb, 6, 1, &ob);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &b, &rid), RILL_OK);
+    usleep(HOLD_MS * 1000);
+    pthread_mutex_lock(&gt.mu);
+    gt.open = true;
+    pthread_cond_broadcast(&gt.cv);
+    pthread_mutex_unlock(&gt.mu);
+    wait_done(&gt.o, 1);
+    wait_done(&ob, 1);
+    ck_assert_int_eq(gt.o.a.status, RILL_OK);
+    ck_assert_int_eq(gt.o.a.backlog, 0); /* s1's data was evaluated before it was asked */
+    ck_assert_int_gt(gt.o.a.ttft_compute_ns, 0);
+    ck_assert_int_le(gt.o.a.ttft_compute_ns, gt.o.a.ttft_ns);
+    ck_assert_int_eq(ob.a.status, RILL_OK);
+    ck_assert_int_eq(ob.a.n_context, BACKLOG);
+    ck_assert_int_eq(ob.a.backlog, BACKLOG); /* queued together while the engine was held */
+    /* its own steps: the backlog's, then its question's alone (which gave its only token, so
+     * that step is all of compute_ns) */
+    ck_assert_int_gt(ob.a.compute_ns, 0);
+    ck_assert_msg(ob.a.ttft_compute_ns > ob.a.compute_ns,
+                  "ttft_compute %lld ns, compute %lld ns: the backlog's step was not counted",
+                  (long long)ob.a.ttft_compute_ns, (long long)ob.a.compute_ns);
+    ck_assert_msg(ob.a.ttft_ns - ob.a.ttft_compute_ns >= HOLD_MS * 1000000LL,
+                  "ttft %lld ns, of which %lld counted as its own: the held step was counted",
+                  (long long)ob.a.ttft_ns, (long long)ob.a.ttft_compute_ns);
+    outcome_deinit(&ob);
+    outcome_deinit(&gt.o);
+    pthread_mutex_destroy(&gt.mu);
+    pthread_cond_destroy(&gt.cv);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(admission_reserves_windows) {
     rig_t g;
     rill_sched_params_t sp = rill_sched_default_params();
@@ -1241,6 +1333,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, adaptive_chunks_follow_step_times);
         tcase_add_test(tc, question_steps_take_ingest_within_the_bound);
         tcase_add_test(tc, questions_do_not_wait_for_later_data);
+        tcase_add_test(tc, answers_account_for_their_first_token_time);
         tcase_add_test(tc, admission_reserves_windows);
         tcase_add_test(tc, exhaustion_reclaims_forks);
         tcase_add_test(tc, standing_queries_cache_and_coalesce);
