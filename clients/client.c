@@ -27,6 +27,7 @@
  * every socket on one thread (STYLE.md rule 18) without locks.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -142,6 +143,15 @@ bool rill__client_u64(const msgpack_object *o, uint64_t *v) {
         return true;
     }
     return false;
+}
+
+bool rill__client_ttft_parts(const msgpack_object *m, int64_t *backlog, double *ttft_compute_ms) {
+    const msgpack_object *b = rill__client_get(m, "backlog");
+    const msgpack_object *t = rill__client_get(m, "ttft_compute_ms");
+    *backlog = -1;
+    *ttft_compute_ms = NAN;
+    return (b == NULL || rill__client_i64(b, backlog)) &&
+           (t == NULL || rill__client_f64(t, ttft_compute_ms));
 }
 
 bool rill__client_f64(const msgpack_object *o, double *v) {
@@ -631,7 +641,8 @@ static bool parse_event_msg(rill_client_t *c, const char *topic, size_t tl, cons
              rill__client_str(z, rill__client_get(&m, "answer"), &ev->answer, &ev->answer_len) &&
              rill__client_f64(rill__client_get(&m, "ttft_ms"), &ev->ttft_ms) &&
              rill__client_f64(rill__client_get(&m, "total_ms"), &ev->total_ms) &&
-             rill__client_i64(rill__client_get(&m, "version"), &ev->version);
+             rill__client_i64(rill__client_get(&m, "version"), &ev->version) &&
+             rill__client_ttft_parts(&m, &ev->backlog, &ev->ttft_compute_ms);
     } else if (strcmp(ev->kind_name, "standing") == 0) {
         ev->kind = RILL_CLIENT_EVENT_STANDING;
         ok = rill__client_u64(rill__client_get(&m, "qid"), &ev->qid) &&

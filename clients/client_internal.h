@@ -96,6 +96,9 @@ const msgpack_object *rill__client_get(const msgpack_object *map, const char *ke
 bool rill__client_i64(const msgpack_object *o, int64_t *v);
 bool rill__client_u64(const msgpack_object *o, uint64_t *v);
 bool rill__client_f64(const msgpack_object *o, double *v);
+/* The optional "backlog" and "ttft_compute_ms" of an answer map m (servers before them send
+ * neither): -1 and NAN when absent; false when one is there with the wrong type. */
+bool rill__client_ttft_parts(const msgpack_object *m, int64_t *backlog, double *ttft_compute_ms);
 /* A NUL-terminated copy of a str object in zone z. */
 bool rill__client_str(msgpack_zone *z, const msgpack_object *o, const char **s, size_t *len);
 

@@ -333,12 +333,13 @@ rill_err_t rill_client_ask(rill_client_t *c, const char *session, const char *qu
         rill__client_i64(rill__client_get(r, "version"), &a.version) &&
         rill__client_i64(rill__client_get(r, "context"), &a.context) &&
         rill__client_f64(rill__client_get(r, "ttft_ms"), &a.ttft_ms) &&
-        rill__client_f64(rill__client_get(r, "total_ms"), &a.total_ms);
+        rill__client_f64(rill__client_get(r, "total_ms"), &a.total_ms) &&
+        rill__client_ttft_parts(r, &a.backlog, &a.ttft_compute_ms);
     const msgpack_object *cached = rill__client_get(r, "cached");
     if (!ok || (cached != NULL && cached->type != MSGPACK_OBJECT_BOOLEAN)) {
         return bad_result(c, "ask",
                           "answer, tokens, version, context, ttft_ms and total_ms are "
-                          "required");
+                          "required (backlog and ttft_compute_ms, when there, numbers)");
     }
     a.cached = cached != NULL && cached->via.boolean;
     if (out != NULL) {

@@ -195,6 +195,9 @@ typedef struct rill_client_answer {
     double total_ms; /* time to the whole answer, server side */
     bool cached;     /* served from a standing query's cache */
     int64_t pieces;  /* pieces handed to on_token */
+    /* what ttft_ms was made of (rill_sched_answer_t); -1 and NAN from a server without them */
+    int64_t backlog;        /* session tokens not yet evaluated when asked, waited for */
+    double ttft_compute_ms; /* engine time of its own steps (the backlog's and the question's) */
 } rill_client_answer_t;
 
 /* ask: asks question on the session and waits for the whole answer. max_tokens: 1..1024, or 0
@@ -295,6 +298,8 @@ typedef struct rill_client_event {
     int64_t version;           /* answer, standing: the data version the answer saw */
     int64_t data_version;      /* standing: the session's version when it was published */
     double ttft_ms, total_ms;  /* answer */
+    int64_t backlog;           /* answer: as rill_client_answer_t's (-1 when absent) */
+    double ttft_compute_ms;    /* answer: as rill_client_answer_t's (NAN when absent) */
     double compute_ms, age_ms; /* standing */
 } rill_client_event_t;
 

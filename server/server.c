@@ -556,19 +556,21 @@ static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
         return;
     }
     if (a->status == RILL_OK) {
-        ev_header(s, &pk, 5, ++p->sess->seq_answer, p->sess, "answer");
+        ev_header(s, &pk, 7, ++p->sess->seq_answer, p->sess, "answer");
         pk_kv_int(&pk, "rid", (int64_t)p->req_id);
         pk_str(&pk, "answer");
         pk_strn(&pk, text + skip, len);
         pk_kv_dbl(&pk, "ttft_ms", (double)a->ttft_ns / 1e6);
         pk_kv_dbl(&pk, "total_ms", (double)a->total_ns / 1e6);
         pk_kv_int(&pk, "version", a->version);
+        pk_kv_int(&pk, "backlog", a->backlog);
+        pk_kv_dbl(&pk, "ttft_compute_ms", (double)a->ttft_compute_ns / 1e6);
         topic_of(p->sess, "answer", topic, sizeof topic);
         publish(s, topic);
     }
     reply_begin(s, &pk, p->req_id, a->status, a->status == RILL_OK ? "" : e->message);
     if (a->status == RILL_OK) {
-        msgpack_pack_map(&pk, 7);
+        msgpack_pack_map(&pk, 9);
         pk_str(&pk, "answer");
         pk_strn(&pk, text + skip, len);
         pk_kv_int(&pk, "tokens", a->n_tokens);
@@ -576,6 +578,8 @@ static void on_done_ev(srv_t *s, pend_t *p, ev_t *e) {
         pk_kv_int(&pk, "context", a->n_context);
         pk_kv_dbl(&pk, "ttft_ms", (double)a->ttft_ns / 1e6);
         pk_kv_dbl(&pk, "total_ms", (double)a->total_ns / 1e6);
+        pk_kv_int(&pk, "backlog", a->backlog);
+        pk_kv_dbl(&pk, "ttft_compute_ms", (double)a->ttft_compute_ns / 1e6);
         pk_str(&pk, "cached");
         a->cached ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
     } else {

@@ -296,6 +296,13 @@ def t_bench_stream():
     assert len(rill) == n_q and all(r["status"] == "OK" and r["n_answer"] == 4 and
                                     r["ttft_ms"] > 0 and r["total_ms"] >= r["ttft_ms"]
                                     for r in rill), rill
+    # what each TTFT was made of: own steps within it, the backlog it waited for
+    assert all(0 <= r["ttft_compute_ms"] <= r["engine_ttft_ms"] and r["backlog"] >= 0
+               for r in rill), rill
+    assert any(r["ttft_compute_ms"] > 0 for r in rill), rill
+    assert summ["rill"]["backlog_p99"] >= summ["rill"]["backlog_p50"] >= 0, summ
+    assert 0 <= summ["rill"]["ttft_own_p50_ms"] <= summ["rill"]["ttft_own_p99_ms"], summ
+    assert "host_steal_pct" in summ["rill"], summ
     st = [r for r in qs if r["mode"] == "stateless"]
     assert st and all(r["status"] == "OK" for r in st), st
     assert 0 <= summ["rill"]["utilization"] <= 1, summ["rill"]

@@ -18,6 +18,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <msgpack.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -266,6 +267,9 @@ START_TEST(ingest_and_ask) {
     ck_assert_int_ge(a.version, v2);
     ck_assert_int_gt(a.context, 0);
     ck_assert(a.total_ms >= a.ttft_ms && a.ttft_ms >= 0);
+    /* what the TTFT was made of: the ingest not yet evaluated at most, own steps within it */
+    ck_assert(a.backlog >= 0 && a.backlog <= (int64_t)strlen(text));
+    ck_assert(a.ttft_compute_ms > 0 && a.ttft_compute_ms <= a.ttft_ms + 0.001);
     ck_assert_int_eq(a.pieces, got.n);
     ck_assert_int_gt(got.n, 0);
     /* the answer is the stream without leading blanks, cut at a blank line */
@@ -295,6 +299,8 @@ START_TEST(ingest_and_ask) {
             ck_assert_str_eq(ev.kind_name, "answer");
             ck_assert_str_eq(ev.answer, a.answer);
             ck_assert_int_eq(ev.version, a.version);
+            ck_assert_int_eq(ev.backlog, a.backlog);
+            ck_assert(ev.ttft_compute_ms == a.ttft_compute_ms);
             answer = true;
         }
     }
@@ -581,7 +587,8 @@ static void fake_event(fake_t *f, const char *kind, uint64_t seq, uint64_t rid, 
     msgpack_sbuffer_destroy(&sb);
 }
 
-static void fake_answer(msgpack_sbuffer *sb, uint64_t id, const char *answer) {
+/* An ask's reply; with_parts: also backlog 5 and ttft_compute_ms 0.5 (newer servers). */
+static void fake_answer(msgpack_sbuffer *sb, uint64_t id, const char *answer, bool with_parts) {
     msgpack_packer pk;
     msgpack_sbuffer_clear(sb);
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
@@ -595,9 +602,15 @@ static void fake_answer(msgpack_sbuffer *sb, uint64_t id, const char *answer) {
     pk_s(&pk, "message");
     pk_s(&pk, "");
     pk_s(&pk, "result");
-    msgpack_pack_map(&pk, 7);
+    msgpack_pack_map(&pk, with_parts ? 9 : 7);
     pk_s(&pk, "answer");
     pk_s(&pk, answer);
+    if (with_parts) {
+        pk_s(&pk, "backlog");
+        msgpack_pack_int64(&pk, 5);
+        pk_s(&pk, "ttft_compute_ms");
+        msgpack_pack_double(&pk, 0.5);
+    }
     pk_s(&pk, "tokens");
     msgpack_pack_int64(&pk, 3);
     pk_s(&pk, "version");
@@ -705,7 +718,7 @@ static void *fake_main(void *arg) {
             fake_event(f, "token", 2, id, "Hel");
             fake_event(f, "token", 3, id, "lo");
             fake_event(f, "answer", 1, 42, "zz");
-            fake_answer(&sb, id, "Hello!");
+            fake_answer(&sb, id, "Hello!", true);
             zmq_send(f->router, zmq_msg_data(&ident), zmq_msg_size(&ident), ZMQ_SNDMORE);
             zmq_send(f->router, sb.data, sb.size, 0);
             sleep_ms(100);
@@ -714,7 +727,7 @@ static void *fake_main(void *arg) {
             zmq_msg_close(&ident);
             continue;
         case FAKE_ASK_SILENT:
-            fake_answer(&sb, id, "Hi");
+            fake_answer(&sb, id, "Hi", false);
             break;
         case FAKE_TWO_FRAMES:
             reply(&sb, 1, id, "OK", true, false);
@@ -816,6 +829,8 @@ START_TEST(hostile_replies) {
     ck_assert_int_eq(a.tokens, 3);
     ck_assert_int_eq(a.context, 9);
     ck_assert(!a.cached);
+    ck_assert_int_eq(a.backlog, 5);
+    ck_assert(a.ttft_compute_ms == 0.5);
     /* a server that publishes nothing: the reply's answer, after at most the grace period */
     atomic_store(&f.mode, FAKE_ASK_SILENT);
     got.len = 0;
@@ -825,6 +840,8 @@ START_TEST(hostile_replies) {
     ck_assert_uint_lt(rill_now_ns() - t0, 3000000000ull);
     ck_assert_int_eq(a.pieces, 0);
     ck_assert_str_eq(a.answer, "Hi");
+    ck_assert_int_eq(a.backlog, -1); /* a server without the TTFT's parts */
+    ck_assert(isnan(a.ttft_compute_ms));
 
     rill_client_destroy(&c);
     atomic_store(&f.stop, true);

@@ -313,11 +313,12 @@ def t_commands():
         assert r["id"] == rid and r["status"] == "OK", r
         ans = r["result"]
         assert set(ans) == {"answer", "tokens", "version", "context", "ttft_ms", "total_ms",
-                            "cached"}, ans
+                            "cached", "backlog", "ttft_compute_ms"}, ans
         assert "42" in ans["answer"], ans
         assert 1 <= ans["tokens"] <= 24 and ans["version"] == s1["version"], ans
         assert ans["context"] == s1["n_resident"] and ans["cached"] is False, (ans, s1)
         assert 0 < ans["ttft_ms"] <= ans["total_ms"], ans
+        assert ans["backlog"] >= 0 and 0 < ans["ttft_compute_ms"] <= ans["ttft_ms"] + 1e-3, ans
         sub.drain(10, until=lambda ev: any(t == "alpha/answer" for t, _ in ev))
         toks = sub.of("alpha/token")
         assert [e["seq"] for e in toks] == list(range(1, len(toks) + 1)) and toks, toks
@@ -328,6 +329,8 @@ def t_commands():
         (fin,) = sub.of("alpha/answer")
         assert fin["seq"] == 1 and fin["rid"] == rid and fin["answer"] == ans["answer"], fin
         assert fin["version"] == ans["version"] and fin["kind"] == "answer", fin
+        assert (fin["backlog"], fin["ttft_compute_ms"]) == (ans["backlog"],
+                                                            ans["ttft_compute_ms"]), fin
         # the next ask continues the topics' numbering
         rid2 = c.send("ask", {"session": "alpha", "question": "What is the capital of France?"})
         r2 = c.recv()
