@@ -9,6 +9,7 @@
  * ETIMEDOUT), 2 on a usage error. Results go to stdout, progress and figures to stderr.
  */
 #include <errno.h>
+#include <math.h>
 #include <msgpack.h>
 #include <signal.h>
 #include <stdio.h>
@@ -652,7 +653,7 @@ static int ask_run(rill_client_t *c, const char *name, const char *question, int
     fprintf(stderr, "ttft %.1f ms, total %.1f ms, %lld tokens, context %lld, version %lld%s",
             a.ttft_ms, a.total_ms, (long long)a.tokens, (long long)a.context, (long long)a.version,
             a.cached ? ", cached" : "");
-    if (a.backlog >= 0 && a.ttft_compute_ms == a.ttft_compute_ms) { /* a server that says */
+    if (a.backlog >= 0 && !isnan(a.ttft_compute_ms)) { /* a server that says */
         fprintf(stderr, "; ttft: waited for %lld tokens of backlog, own steps %.1f ms",
                 (long long)a.backlog, a.ttft_compute_ms);
     }
