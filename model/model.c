@@ -267,7 +267,7 @@ static rill_err_t read_hparams(loader_t *ld, rill_hparams_t *hp) {
     }
     RILL_TRY(check_rope_scaling(ld));
     RILL_TRY(read_vocab_size(ld, &hp->n_vocab));
-    hp->rope_type = hp->arch == RILL_ARCH_QWEN2 ? RILL_ROPE_NEOX : RILL_ROPE_NORM;
+    hp->rope_type = hp->arch == RILL_ARCH_QWEN2 ? RILL_MODEL_ROPE_NEOX : RILL_MODEL_ROPE_NORM;
 cleanup:
     return err;
 }

@@ -9,8 +9,8 @@
  *
  * Architecture facts the loader decides (verified against llama.cpp's llama_model_rope_type()
  * and its tensor tables):
- *   - RoPE: `llama` rotates adjacent pairs (x[2i], x[2i+1]) (RILL_ROPE_NORM); `qwen2` rotates
- *     halves (x[i], x[i + n_rot/2]) (RILL_ROPE_NEOX, GPT-NeoX style).
+ *   - RoPE: `llama` rotates adjacent pairs (x[2i], x[2i+1]) (RILL_MODEL_ROPE_NORM); `qwen2` rotates
+ *     halves (x[i], x[i + n_rot/2]) (RILL_MODEL_ROPE_NEOX, GPT-NeoX style).
  *   - `qwen2` has q/k/v projection biases (required); in `llama` they are optional.
  *   - output.weight is optional: when absent the output projection is tied to token_embd.
  *   - rope_freqs.weight (Llama 3.1+ long-context frequency factors) is optional; when present the
@@ -36,7 +36,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rill_backend.h" /* rill_rope_mode_t: RILL_ROPE_NORM, RILL_ROPE_NEOX */
 #include "rill_dtype.h"
 #include "rill_err.h"
 #include "rill_gguf.h"
@@ -51,6 +50,13 @@ typedef enum rill_arch {
     RILL_ARCH_LLAMA = 0, /* "llama" */
     RILL_ARCH_QWEN2 = 1  /* "qwen2" */
 } rill_arch_t;
+
+/* How the architecture applies RoPE; the values are ggml's rope types, which the backend's
+ * rill_rope_mode_t uses too (the forward pass maps one to the other). */
+typedef enum rill_model_rope {
+    RILL_MODEL_ROPE_NORM = 0, /* adjacent pairs (x[2i], x[2i+1]): LLM_ARCH_LLAMA */
+    RILL_MODEL_ROPE_NEOX = 2  /* halves (x[i], x[i + n_rot/2]): LLM_ARCH_QWEN2 */
+} rill_model_rope_t;
 
 /* Hyper-parameters. Letters used in shapes below: E = n_embd, H = n_head, K = n_head_kv,
  * D = head_dim, F = n_ff, V = n_vocab. Invariants checked at load: all sizes >= 1, D * H == E,
@@ -69,12 +75,12 @@ typedef struct rill_hparams {
     int32_t n_rot;       /* <arch>.rope.dimension_count (default D); rill requires n_rot == D */
     float rms_eps;       /* <arch>.attention.layer_norm_rms_epsilon (required) */
     float rope_base;     /* <arch>.rope.freq_base (default 10000): theta_i = base^(-2i/n_rot) */
-    rill_rope_mode_t rope_type; /* RILL_ROPE_NORM (llama) or RILL_ROPE_NEOX (qwen2) */
+    rill_model_rope_t rope_type; /* RILL_MODEL_ROPE_NORM (llama) or _NEOX (qwen2) */
     bool tied_output; /* no output.weight in the file: weights.output == weights.token_embd */
 } rill_hparams_t;
 
 /* One weight tensor as stored in the file: a view into the mapping, from which a backend makes
- * its prepared weight (rill_weight_t of rill_backend.h). Row-major rows of ne0 elements. A matrix
+ * its prepared weight (rill_weight_t of kernels/rill_backend.h). Row-major rows of ne0 elements. A matrix
  * that maps an input of size ne0 to an output of size ne1 is applied as y[r] = dot(row r, x) for
  * r in [0, ne1). A vector (norm, bias) has ne1 == 1. An absent optional tensor has data == NULL
  * and all fields zero. */

@@ -66,8 +66,8 @@ rill_err_t rill_session_pool_new(rill_forward_t *fw, const rill_session_pool_par
     p->n_pages = n_pages;
     p->scratch_page = n_pages;
     p->max_table = (n_ctx + pp.page_size - 1) / pp.page_size;
-    /* The same rope the forward pass applies (model/forward.c), for re-basing kept keys. */
-    p->rope.mode = hp->rope_type == RILL_ROPE_NEOX ? RILL_ROPE_NEOX : RILL_ROPE_NORM;
+    /* The same rope the forward pass applies (forward/forward.c), for re-basing kept keys. */
+    p->rope.mode = hp->rope_type == RILL_MODEL_ROPE_NEOX ? RILL_ROPE_NEOX : RILL_ROPE_NORM;
     p->rope.n_rot = hp->n_rot;
     p->rope.freq_base = hp->rope_base;
     p->rope.freq_scale = 1.0f;

@@ -997,7 +997,7 @@ START_TEST(model_loads_default_model) {
     ck_assert_int_eq(hp->n_rot, 64);
     ck_assert_float_eq_tol(hp->rms_eps, 1e-5f, 1e-9f);
     ck_assert_float_eq(hp->rope_base, 100000.0f);
-    ck_assert_int_eq(hp->rope_type, RILL_ROPE_NORM);
+    ck_assert_int_eq(hp->rope_type, RILL_MODEL_ROPE_NORM);
     ck_assert(hp->tied_output);
 
     const rill_model_weights_t *w = rill_model_weights(m);
@@ -1052,7 +1052,7 @@ START_TEST(model_loads_tiny_llama_and_qwen2) {
     const rill_hparams_t *hp = rill_model_hparams(m);
     ck_assert_int_eq(hp->head_dim, 16);
     ck_assert_int_eq(hp->n_vocab, 32);
-    ck_assert_int_eq(hp->rope_type, RILL_ROPE_NORM);
+    ck_assert_int_eq(hp->rope_type, RILL_MODEL_ROPE_NORM);
     ck_assert(hp->tied_output);
     ck_assert_int_eq(rill_model_weights(m)->layers[1].wk.ne1, 32);
     rill_model_destroy(&m);
@@ -1069,7 +1069,7 @@ START_TEST(model_loads_tiny_llama_and_qwen2) {
                   msg);
     hp = rill_model_hparams(m);
     ck_assert_int_eq(hp->arch, RILL_ARCH_QWEN2);
-    ck_assert_int_eq(hp->rope_type, RILL_ROPE_NEOX);
+    ck_assert_int_eq(hp->rope_type, RILL_MODEL_ROPE_NEOX);
     ck_assert_float_eq(hp->rope_base, 1e6f);
     ck_assert(!hp->tied_output);
     const rill_model_weights_t *w = rill_model_weights(m);

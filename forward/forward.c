@@ -214,7 +214,7 @@ rill_err_t rill_forward_new(rill_model_t *model, rill_backend_t *backend,
     fw->hp = *hp;
     fw->max_batch = p.max_batch;
     fw->max_logits = p.max_logits;
-    fw->rope.mode = hp->rope_type == RILL_ROPE_NEOX ? RILL_ROPE_NEOX : RILL_ROPE_NORM;
+    fw->rope.mode = hp->rope_type == RILL_MODEL_ROPE_NEOX ? RILL_ROPE_NEOX : RILL_ROPE_NORM;
     fw->rope.n_rot = hp->n_rot;
     fw->rope.freq_base = hp->rope_base;
     fw->rope.freq_scale = 1.0f;
