@@ -1,0 +1,318 @@
+/*
+ * admission.c - the scheduler's sessions: cell-budget admission, shared-prompt templates, and
+ * creating, restoring and closing sessions (engine thread; contract: rill_scheduler.h).
+ *
+ * Admission reserves the pages a session's window can occupy when it is created and never
+ * lets reservations exceed the pool less the overflow kept for forks, so a session's own data
+ * always fits and exhaustion can only ever fail forks. A creation with a system prompt finds
+ * or starts the template for (prompt, window policy): the template's session evaluates the
+ * prompt at INGEST class, the creation waits on the template's list (its reservation already
+ * held) and becomes a fork of it once the prompt is evaluated (rill__sched_templates_ready
+ * after each step). The template reserves its own pages and lives while a session made from
+ * it (or a waiting creation) does.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "rill_alloc.h"
+#include "sched_internal.h"
+
+sess_t *rill__sched_find_sess(rill_sched_t *sch, rill_sched_sid_t id) {
+    for (sess_t *x = sch->sessions; x != NULL; x = x->next) {
+        if (x->id == id) {
+            return x;
+        }
+    }
+    return NULL;
+}
+
+/* Pages a session with this window policy can occupy (as rill_session_new rounds it). */
+static int32_t reservation(const rill_sched_t *sch, int32_t sinks, int32_t window) {
+    int32_t P = sch->P;
+    if (window <= 0) {
+        return rill__sched_ceil_div(sch->n_ctx, P);
+    }
+    return rill__sched_ceil_div(sinks, P) + rill__sched_ceil_div(window, P);
+}
+
+static int32_t budget(const rill_sched_t *sch) {
+    return sch->n_pages - sch->prm.overflow_pages;
+}
+
+static void tmpl_release(rill_sched_t *sch, tmpl_t *t) {
+    if (--t->refs > 0 || t->waiting != NULL) {
+        return;
+    }
+    for (tmpl_t **pp = &sch->templates; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            break;
+        }
+    }
+    sch->reserved -= t->reserved;
+    rill_session_destroy(&t->s);
+    rill_free(t->prompt);
+    rill_free(t);
+}
+
+void rill__sched_close_sess(rill_sched_t *sch, sess_t *x) {
+    for (req_t *r = sch->reqs, *nx; r != NULL; r = nx) {
+        nx = r->next;
+        if (r->sess == x) {
+            rill__sched_finish(sch, r, RILL_ECANCELED, "session closed", false);
+        }
+    }
+    for (sess_t **pp = &sch->sessions; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == x) {
+            *pp = x->next;
+            break;
+        }
+    }
+    sch->reserved -= x->reserved;
+    sch->n_sessions--;
+    rill_session_destroy(&x->s);
+    if (x->tmpl != NULL) {
+        tmpl_release(sch, x->tmpl);
+    }
+    rill_free(x);
+}
+
+/* Registers s as a new session (admission already checked). */
+static rill_err_t add_sess(rill_sched_t *sch, rill_session_t *s, int32_t reserved, tmpl_t *t,
+                           rill_sched_sid_t *out) {
+    sess_t *x = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *x);
+    if (x == NULL) {
+        return RILL_ENOMEM;
+    }
+    x->id = ++sch->next_sid;
+    x->s = s;
+    x->reserved = reserved;
+    x->tmpl = t;
+    sess_t **pp = &sch->sessions;
+    while (*pp != NULL) {
+        pp = &(*pp)->next;
+    }
+    *pp = x;
+    sch->reserved += reserved;
+    sch->n_sessions++;
+    if (t != NULL) {
+        t->refs++;
+    }
+    *out = x->id;
+    return RILL_OK;
+}
+
+static rill_err_t admit(rill_sched_t *sch, int32_t need, cmd_t *c) {
+    if (sch->n_sessions >= sch->prm.max_sessions) {
+        sch->st.admission_rejects++;
+        rill__sched_msg(c, "%d sessions open (max_sessions)", sch->n_sessions);
+        return RILL_EFULL;
+    }
+    if (sch->reserved + need > budget(sch)) {
+        sch->st.admission_rejects++;
+        rill__sched_msg(c,
+                        "KV budget: the session needs %d page(s) of %d positions, %d of %d "
+                        "reservable pages are reserved (%d more held back for forks)",
+                        need, sch->P, sch->reserved, budget(sch), sch->prm.overflow_pages);
+        return RILL_EFULL;
+    }
+    return RILL_OK;
+}
+
+/* Opens the session's log (and the base snapshot of a shared-prompt session). */
+static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t *sp, cmd_t *c) {
+    if (sp->log_path == NULL) {
+        return RILL_OK;
+    }
+    rill_err_t err = rill_session_open_log(s, sp->log_path, sp->fsync);
+    if (err != RILL_OK) {
+        rill__sched_msg(c, "log %s: %s", sp->log_path, rill_session_last_error(s));
+        return err;
+    }
+    if (rill_session_seq(s) > 0) { /* started from a shared prompt: the log cannot rebuild it */
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s.base", sp->log_path) >= (int)sizeof path) {
+            rill__sched_msg(c, "log path too long");
+            return RILL_EINVAL;
+        }
+        err = rill_session_snapshot(s, path);
+        if (err != RILL_OK) {
+            rill__sched_msg(c, "base snapshot %s: %s", path, rill_session_last_error(s));
+        }
+    }
+    return err;
+}
+
+/* Finishes a creation from template t (its prompt is evaluated). */
+static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
+    rill_session_t *s = NULL;
+    rill_err_t err = rill_session_fork(t->s, &s);
+    if (err != RILL_OK) {
+        rill__sched_msg(c, "fork of the shared prompt: %s", rill_session_last_error(t->s));
+    }
+    if (err == RILL_OK) {
+        err = open_log(s, c->u.create.sp, c);
+    }
+    if (err == RILL_OK) {
+        err = add_sess(sch, s, reservation(sch, t->sinks, t->window), t, c->u.create.out);
+    }
+    if (err != RILL_OK) {
+        rill_session_destroy(&s);
+        sch->reserved -= reservation(sch, t->sinks, t->window); /* taken when it waited */
+    } else {
+        sch->reserved -= reservation(sch, t->sinks, t->window); /* add_sess counted it again */
+        int32_t n_pg = 0;
+        (void)rill_session_pages(s, &n_pg);
+        sch->st.prefix_shared_pages += n_pg;
+    }
+    c->err = err;
+}
+
+/* The template of this prompt and policy, started when there is none. NULL with c->err set
+ * when it cannot be. */
+static tmpl_t *find_template(rill_sched_t *sch, const rill_session_params_t *pp, int32_t need,
+                             cmd_t *c) {
+    for (tmpl_t *t = sch->templates; t != NULL; t = t->next) {
+        if (t->n_prompt == pp->n_prompt && t->sinks == pp->n_sink && t->window == pp->window &&
+            t->evict == pp->evict_pages &&
+            memcmp(t->prompt, pp->prompt, (size_t)pp->n_prompt * sizeof *pp->prompt) == 0) {
+            return t;
+        }
+    }
+    int32_t tneed = rill__sched_ceil_div(pp->n_prompt, sch->P);
+    if (sch->reserved + need + tneed > budget(sch)) {
+        c->err = admit(sch, need + tneed, c);
+        return NULL;
+    }
+    tmpl_t *t = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *t);
+    int32_t *prompt = rill_malloc(RILL_MEM_SCHEDULER, (size_t)pp->n_prompt * sizeof *prompt);
+    rill_session_params_t np = *pp;
+    np.prompt = NULL;
+    np.n_prompt = 0;
+    rill_session_t *s = NULL;
+    rill_err_t err = t != NULL && prompt != NULL ? RILL_OK : RILL_ENOMEM;
+    if (err == RILL_OK) {
+        err = rill_session_new(sch->pool, &np, &s);
+    }
+    if (err == RILL_OK) {
+        err = rill_session_feed(s, pp->prompt, pp->n_prompt);
+        if (err != RILL_OK) {
+            rill__sched_msg(c, "system prompt: %s", rill_session_last_error(s));
+        }
+    }
+    if (err != RILL_OK) {
+        rill_session_destroy(&s);
+        rill_free(prompt);
+        rill_free(t);
+        c->err = err;
+        return NULL;
+    }
+    memcpy(prompt, pp->prompt, (size_t)pp->n_prompt * sizeof *prompt);
+    *t = (tmpl_t){ .next = sch->templates,
+                   .prompt = prompt,
+                   .n_prompt = pp->n_prompt,
+                   .sinks = pp->n_sink,
+                   .window = pp->window,
+                   .evict = pp->evict_pages,
+                   .s = s,
+                   .reserved = tneed };
+    sch->templates = t;
+    sch->reserved += tneed;
+    return t;
+}
+
+bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
+    const rill_sched_session_params_t *sp = c->u.create.sp;
+    const rill_session_params_t *pp = &sp->session;
+    if (pp->n_sink < 0 || pp->window < 0 || pp->n_prompt < 0 ||
+        (pp->n_prompt > 0 && pp->prompt == NULL)) {
+        rill__sched_msg(c, "invalid session parameters");
+        c->err = RILL_EINVAL;
+        return true;
+    }
+    int32_t need = reservation(sch, pp->n_sink, pp->window);
+    if ((c->err = admit(sch, need, c)) != RILL_OK) {
+        return true;
+    }
+    if (pp->n_prompt == 0) {
+        rill_session_t *s = NULL;
+        c->err = rill_session_new(sch->pool, pp, &s);
+        if (c->err != RILL_OK) {
+            rill__sched_msg(c, "%s", rill_strerror(c->err));
+            return true;
+        }
+        c->err = open_log(s, sp, c);
+        if (c->err == RILL_OK) {
+            c->err = add_sess(sch, s, need, NULL, c->u.create.out);
+        }
+        if (c->err != RILL_OK) {
+            rill_session_destroy(&s);
+        }
+        return true;
+    }
+    tmpl_t *t = find_template(sch, pp, need, c);
+    if (t == NULL) {
+        return true;
+    }
+    sch->reserved += need; /* held while it waits */
+    if (rill_session_pending(t->s) == 0) {
+        create_from(sch, t, c);
+        return true;
+    }
+    c->wait_next = t->waiting;
+    t->waiting = c;
+    return false; /* answered when the template is ready */
+}
+
+void rill__sched_templates_ready(rill_sched_t *sch) {
+    for (tmpl_t *t = sch->templates; t != NULL; t = t->next) {
+        if (t->waiting != NULL && rill_session_pending(t->s) == 0) {
+            for (cmd_t *c = t->waiting, *nx; c != NULL; c = nx) {
+                nx = c->wait_next;
+                create_from(sch, t, c);
+                rill__sched_finished(sch, c);
+            }
+            t->waiting = NULL;
+        }
+    }
+    for (tmpl_t *t = sch->templates, *nx; t != NULL; t = nx) {
+        nx = t->next;
+        if (t->refs == 0 && t->waiting == NULL) { /* every waiting creation failed */
+            t->refs = 1;
+            tmpl_release(sch, t);
+        }
+    }
+}
+
+void rill__sched_templates_free(rill_sched_t *sch) {
+    while (sch->templates != NULL) {
+        tmpl_t *t = sch->templates;
+        for (cmd_t *c = t->waiting, *nx; c != NULL; c = nx) {
+            nx = c->wait_next;
+            c->err = RILL_ECLOSED;
+            rill__sched_finished(sch, c);
+        }
+        t->refs = 1;
+        t->waiting = NULL;
+        tmpl_release(sch, t);
+    }
+}
+
+void rill__sched_restore(rill_sched_t *sch, cmd_t *c) {
+    rill_session_t *s = NULL;
+    c->err = rill_session_restore(sch->pool, c->u.restore.snapshot, c->u.restore.log,
+                                  c->u.restore.fsync, &s, c->msg, c->msglen);
+    if (c->err != RILL_OK) {
+        return;
+    }
+    rill_session_stats_t st;
+    rill_session_stats(s, &st);
+    int32_t need = reservation(sch, st.n_sink_cfg, st.window_cfg);
+    c->err = admit(sch, need, c);
+    if (c->err == RILL_OK) {
+        c->err = add_sess(sch, s, need, NULL, c->u.restore.out);
+    }
+    if (c->err != RILL_OK) {
+        rill_session_destroy(&s);
+    }
+}

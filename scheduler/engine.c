@@ -1,0 +1,283 @@
+/*
+ * engine.c - the engine thread (contract: rill_scheduler.h): it takes the whole command queue
+ * between steps, carries the commands out (blocking callers are woken once theirs is done, before
+ * the next step starts), runs a step, and sleeps on a condition variable when there is neither a
+ * command nor work. Everything it touches below the queue is its own; the only shared state is
+ * the queue and the flags under the mutex.
+ *
+ * Rejected: one lock per session with callers stepping sessions themselves (a step must see
+ * every session, and the pool's free list is shared); a lock-free queue (commands are rare next
+ * to steps; a mutex is simpler to get right and to check under TSan).
+ */
+#include <string.h>
+
+#include "rill_alloc.h"
+#include "sched_internal.h"
+
+static void fill_info(rill_sched_t *sch, sess_t *x, rill_sched_session_info_t *o) {
+    memset(o, 0, sizeof *o);
+    rill_session_stats(x->s, &o->st);
+    o->version = rill_session_seq(x->s);
+    o->reserved_pages = x->reserved;
+    o->held_text = rill_session_pending_text(x->s);
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        if (r->sess == x) {
+            o->n_standing += r->kind == REQ_STANDING;
+            o->n_requests += r->kind != REQ_STANDING;
+        }
+    }
+}
+
+static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
+    *o = sch->st;
+    o->ns_per_token = sch->ns_per_tok;
+    o->ns_per_step = sch->ns_fixed;
+    o->chunk_cap = rill__sched_step_cap(sch);
+    o->n_sessions = sch->n_sessions;
+    o->reserved_pages = sch->reserved;
+    o->overflow_pages = sch->prm.overflow_pages;
+    o->free_pages = rill_session_pool_n_free(sch->pool);
+    o->total_pages = sch->n_pages;
+}
+
+/* The session a session-addressed command names; NULL (reported to its caller) when there is
+ * none. */
+static sess_t *target(rill_sched_t *sch, cmd_t *c, rill_sched_sid_t sid) {
+    sess_t *x = rill__sched_find_sess(sch, sid);
+    if (x == NULL) {
+        c->err = RILL_ENOTFOUND;
+        rill__sched_msg(c, "no session %llu", (unsigned long long)sid);
+        if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
+            c->u.ingest.on_ack(c->u.ingest.user, RILL_ENOTFOUND, "no such session");
+        }
+    }
+    return x;
+}
+
+/* CMD_INGEST and CMD_INGEST_TEXT: check, log, queue; standing answers go stale. */
+static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
+    int64_t v = rill_session_seq(x->s);
+    bool text = c->kind == CMD_INGEST_TEXT;
+    size_t len = text ? c->u.ingest_text.len : (size_t)c->u.ingest.n;
+    if (len > 0 && rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
+        c->err = RILL_EFULL;
+        rill__sched_msg(c, "%d tokens already queued on the session", rill_session_pending(x->s));
+    } else if (!text) {
+        c->err = rill_session_feed(x->s, c->u.ingest.tokens, c->u.ingest.n);
+    } else {
+        c->err = rill_session_feed_text(x->s, c->u.ingest_text.text, c->u.ingest_text.len);
+        if (c->err == RILL_OK && c->u.ingest_text.flush) {
+            c->err = rill_session_feed_flush(x->s);
+        }
+    }
+    if (c->err != RILL_OK && c->err != RILL_EFULL) {
+        rill__sched_msg(c, "%s", rill_session_last_error(x->s));
+    }
+    if (rill_session_seq(x->s) != v) {
+        rill__sched_data_changed(sch, x);
+    }
+    if (text) {
+        c->u.ingest_text.version = rill_session_seq(x->s);
+    } else if (c->u.ingest.on_ack != NULL) {
+        c->u.ingest.on_ack(c->u.ingest.user, c->err,
+                           c->err == RILL_OK      ? ""
+                           : c->err == RILL_EFULL ? "too many tokens already queued on the session"
+                                                  : rill_session_last_error(x->s));
+    }
+}
+
+static void standing_list(rill_sched_t *sch, cmd_t *c, sess_t *x) {
+    int64_t n = 0;
+    rill_sched_standing_info_t *o = c->u.standing_list.out;
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        n += r->sess == x && r->kind == REQ_STANDING;
+    }
+    /* reqs are newest first: fill registration order from the back */
+    int64_t i = n;
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        if (r->sess == x && r->kind == REQ_STANDING && --i < c->u.standing_list.cap) {
+            o[i] = (rill_sched_standing_info_t){
+                .qid = r->id,
+                .version = r->cache_version,
+                .done_ns = r->cache_done_ns,
+                .compute_ns = r->cache_compute_ns,
+                .refreshes = r->refreshes,
+                .abandoned = r->abandoned,
+                .cache_hits = r->hits,
+                .in_flight = r->phase != PH_IDLE,
+            };
+        }
+    }
+    c->u.standing_list.n = n;
+}
+
+static void run_cmd(rill_sched_t *sch, cmd_t *c) {
+    sess_t *x = NULL;
+    c->err = RILL_OK;
+    switch (c->kind) {
+    case CMD_CREATE:
+        if (!rill__sched_create(sch, c)) {
+            return; /* waits for its template: rill__sched_templates_ready finishes it */
+        }
+        break;
+    case CMD_RESTORE:
+        rill__sched_restore(sch, c);
+        break;
+    case CMD_CLOSE:
+        if ((x = target(sch, c, c->u.close.sid)) != NULL) {
+            rill__sched_close_sess(sch, x);
+        }
+        break;
+    case CMD_INFO:
+        if ((x = target(sch, c, c->u.info.sid)) != NULL) {
+            fill_info(sch, x, c->u.info.out);
+        }
+        break;
+    case CMD_SNAPSHOT:
+        if ((x = target(sch, c, c->u.snapshot.sid)) != NULL) {
+            c->err = rill_session_drain(x->s);
+            if (c->err == RILL_OK) {
+                c->err = rill_session_snapshot(x->s, c->u.snapshot.path);
+            }
+            if (c->err != RILL_OK) {
+                rill__sched_msg(c, "%s", rill_session_last_error(x->s));
+            }
+        }
+        break;
+    case CMD_TOKENS:
+        if ((x = target(sch, c, c->u.tokens.sid)) != NULL) {
+            int32_t n = 0;
+            const int32_t *t = rill_session_tokens(x->s, &n);
+            int64_t cap = c->u.tokens.cap;
+            if (cap > 0) {
+                memcpy(c->u.tokens.out, t, (size_t)(n < cap ? n : cap) * sizeof *t);
+            }
+            c->u.tokens.n = n;
+        }
+        break;
+    case CMD_INGEST:
+    case CMD_INGEST_TEXT:
+        x = target(sch, c, c->kind == CMD_INGEST ? c->u.ingest.sid : c->u.ingest_text.sid);
+        if (x != NULL) {
+            ingest(sch, c, x);
+        }
+        break;
+    case CMD_STANDING_LIST:
+        if ((x = target(sch, c, c->u.standing_list.sid)) != NULL) {
+            standing_list(sch, c, x);
+        }
+        break;
+    case CMD_LIST: {
+        int64_t n = 0;
+        for (sess_t *y = sch->sessions; y != NULL; y = y->next, n++) {
+            if (n < c->u.list.cap) {
+                c->u.list.out[n] = y->id;
+            }
+        }
+        c->u.list.n = n;
+        break;
+    }
+    case CMD_ASK:
+    case CMD_TURN:
+    case CMD_STANDING:
+    case CMD_SPEC:
+        rill__sched_submit(sch, c);
+        break;
+    case CMD_CANCEL:
+        rill__sched_cancel(sch, c);
+        break;
+    case CMD_UNREGISTER: {
+        req_t *r = rill__sched_find_req(sch, c->u.cancel.rid);
+        if (r == NULL || r->kind != REQ_STANDING) {
+            c->err = RILL_ENOTFOUND;
+        } else {
+            rill__sched_drop_standing(sch, r);
+        }
+        break;
+    }
+    case CMD_COMMIT:
+        rill__sched_commit(sch, c);
+        break;
+    case CMD_STATS:
+        fill_stats(sch, c->u.stats.out);
+        break;
+    }
+    if (c->blocking) {
+        rill__sched_finished(sch, c);
+    }
+}
+
+/* Marks the carried-out blocking commands done (under mu) and wakes their callers. */
+static void release_finished(rill_sched_t *sch) {
+    if (sch->finished == NULL) {
+        return;
+    }
+    for (cmd_t *c = sch->finished, *nx; c != NULL; c = nx) {
+        nx = c->wait_next;
+        c->done = true; /* the caller's stack frame: not touched after this */
+    }
+    sch->finished = NULL;
+    pthread_cond_broadcast(&sch->done);
+}
+
+/* Ends everything at shutdown: requests, sessions, templates and the creations they hold. */
+static void teardown(rill_sched_t *sch) {
+    while (sch->reqs != NULL) {
+        req_t *r = sch->reqs;
+        if (r->kind == REQ_STANDING) {
+            rill__sched_drop_standing(sch, r);
+        } else {
+            rill__sched_finish(sch, r, RILL_ECANCELED, "scheduler stopped", false);
+        }
+    }
+    while (sch->sessions != NULL) {
+        rill__sched_close_sess(sch, sch->sessions);
+    }
+    rill__sched_templates_free(sch);
+}
+
+void *rill__sched_engine(void *arg) {
+    rill_sched_t *sch = arg;
+    pthread_mutex_lock(&sch->mu);
+    for (;;) {
+        cmd_t *list = sch->head;
+        sch->head = sch->tail = NULL;
+        bool stop = sch->stop;
+        pthread_mutex_unlock(&sch->mu);
+        for (cmd_t *c = list, *nx; c != NULL; c = nx) {
+            nx = c->next;
+            bool blocking = c->blocking;
+            run_cmd(sch, c);
+            if (!blocking) {
+                rill__sched_cmd_free(c);
+            }
+        }
+        if (sch->finished != NULL) { /* answer the callers now, not after the next step */
+            pthread_mutex_lock(&sch->mu);
+            release_finished(sch);
+            pthread_mutex_unlock(&sch->mu);
+        }
+        bool worked = !stop && rill__sched_step(sch);
+        pthread_mutex_lock(&sch->mu);
+        release_finished(sch);
+        if (stop) {
+            break;
+        }
+        if (!worked && sch->head == NULL && !sch->stop) {
+            sch->idle = true;
+            pthread_cond_broadcast(&sch->done);
+            int64_t t0 = rill__sched_now();
+            while (sch->head == NULL && !sch->stop) {
+                pthread_cond_wait(&sch->wake, &sch->mu);
+            }
+            sch->st.idle_ns += rill__sched_now() - t0;
+            sch->idle = false;
+        }
+    }
+    pthread_mutex_unlock(&sch->mu);
+    teardown(sch);
+    pthread_mutex_lock(&sch->mu);
+    release_finished(sch);
+    pthread_mutex_unlock(&sch->mu);
+    return NULL;
+}

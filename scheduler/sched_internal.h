@@ -1,0 +1,328 @@
+/*
+ * sched_internal.h - the scheduler's state and the calls its files make to each other. Private to
+ * scheduler/ (contract of the module: rill_scheduler.h).
+ *
+ * The files, one job each:
+ *   scheduler.c  the callers' side: every public call becomes a command (cmd_t) on one
+ *                mutex-protected queue; blocking calls wait for theirs; creation and teardown
+ *   engine.c     the engine thread: takes the queue between steps, carries commands out
+ *                (run_cmd), steps, sleeps when there is nothing to do
+ *   admission.c  sessions: cell-budget admission, shared-prompt templates, create / restore /
+ *                close
+ *   requests.c   the four request state machines (question, turn, standing query, speculation):
+ *                waiting for data, forking, decoding, finishing, commits
+ *   step.c       the step: the batch builder by class, the step-time model and its cap,
+ *                reclaiming forks at exhaustion, one forward pass and what follows it
+ *
+ * Threads: everything below `mu` in rill_sched belongs to the engine thread alone, except the
+ * fields marked (mu) and the atomics. Commands of blocking calls live on the caller's stack;
+ * asynchronous ones are heap-allocated by post() and freed by the engine (cmd_free).
+ */
+#ifndef RILL_SCHED_INTERNAL_H
+#define RILL_SCHED_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_scheduler.h"
+
+/* ---- commands ------------------------------------------------------------------------------ */
+
+typedef enum cmd_kind {
+    CMD_CREATE,
+    CMD_RESTORE,
+    CMD_CLOSE,
+    CMD_INFO,
+    CMD_SNAPSHOT,
+    CMD_LIST,
+    CMD_INGEST,
+    CMD_INGEST_TEXT,
+    CMD_ASK, /* the four request kinds share the `ask` member */
+    CMD_TURN,
+    CMD_STANDING,
+    CMD_SPEC,
+    CMD_CANCEL,
+    CMD_UNREGISTER,
+    CMD_STANDING_LIST,
+    CMD_COMMIT,
+    CMD_STATS,
+    CMD_TOKENS
+} cmd_kind_t;
+
+/* One call of the public API on its way to the engine: a tagged union (kind selects the member
+ * of u). Inputs of blocking commands are borrowed from the caller; asynchronous commands own
+ * their token copies (freed by cmd_free unless a request took them over). */
+typedef struct cmd {
+    struct cmd *next; /* queue (mu) */
+    cmd_kind_t kind;
+    bool blocking, done; /* done: set under mu once the engine carried it out */
+    rill_err_t err;      /* outcome of a blocking command */
+    char *msg;           /* optional detail buffer of a blocking command (caller's) */
+    size_t msglen;
+    int64_t submit_ns;     /* rill_now_ns() when the caller made it */
+    struct cmd *wait_next; /* on a template's waiting list, then on sch->finished */
+    union {
+        struct {
+            const rill_sched_session_params_t *sp;
+            rill_sched_sid_t *out;
+        } create;
+        struct {
+            const char *snapshot, *log;
+            rill_session_fsync_t fsync;
+            rill_sched_sid_t *out;
+        } restore;
+        struct {
+            rill_sched_sid_t sid;
+        } close;
+        struct {
+            rill_sched_sid_t sid;
+            rill_sched_session_info_t *out;
+        } info;
+        struct {
+            rill_sched_sid_t sid;
+            const char *path;
+        } snapshot;
+        struct {
+            rill_sched_sid_t *out;
+            int64_t cap, n;
+        } list;
+        struct {
+            rill_sched_sid_t sid;
+            int32_t *out;
+            int64_t cap, n;
+        } tokens;
+        struct {
+            rill_sched_sid_t sid;
+            const int32_t *tokens; /* borrowed (blocking) or == owned (async) */
+            int32_t n;
+            int32_t *owned;
+            rill_sched_ack_fn on_ack; /* async only */
+            void *user;
+        } ingest;
+        struct {
+            rill_sched_sid_t sid;
+            const char *text;
+            size_t len;
+            bool flush;
+            int64_t version; /* out: the session's version after it */
+        } ingest_text;
+        struct { /* CMD_ASK, CMD_TURN, CMD_STANDING, CMD_SPEC */
+            rill_sched_sid_t sid;
+            rill_sched_rid_t rid;
+            int32_t *toks; /* owned: question, turn input or guess (NULL once taken over) */
+            int32_t n;
+            rill_sched_ask_t ask;
+        } ask;
+        struct { /* CMD_CANCEL, CMD_UNREGISTER */
+            rill_sched_rid_t rid;
+        } cancel;
+        struct {
+            rill_sched_rid_t rid;
+            int32_t *toks; /* owned: the real input (NULL once taken over) */
+            int32_t n;
+        } commit;
+        struct {
+            rill_sched_sid_t sid;
+            rill_sched_standing_info_t *out;
+            int64_t cap, n;
+        } standing_list;
+        struct {
+            rill_sched_stats_t *out;
+        } stats;
+    } u;
+} cmd_t;
+
+/* ---- engine state -------------------------------------------------------------------------- */
+
+/* A shared system prompt: evaluated once in its own session, which sessions fork. */
+typedef struct tmpl {
+    struct tmpl *next;
+    int32_t *prompt;
+    int32_t n_prompt;
+    int32_t sinks, window, evict;
+    rill_session_t *s;
+    int32_t refs;     /* sessions made from it */
+    int32_t reserved; /* pages it reserves */
+    cmd_t *waiting;   /* creations waiting for its prompt */
+} tmpl_t;
+
+typedef struct sess {
+    struct sess *next;
+    rill_sched_sid_t id;
+    rill_session_t *s;
+    int32_t reserved;
+    tmpl_t *tmpl;
+    int32_t n_waiting; /* requests waiting for its queued data */
+} sess_t;
+
+typedef enum req_kind { REQ_ASK, REQ_TURN, REQ_STANDING, REQ_SPEC } req_kind_t;
+
+typedef enum phase {
+    PH_WAIT,    /* waits for the session's queued data */
+    PH_PREFILL, /* the fork's queue holds its input */
+    PH_DECODE,  /* the fork's queue holds the last picked token */
+    PH_LAST,    /* turn / committed speculation: the last token is being evaluated */
+    PH_HELD,    /* speculation: reply complete, waiting for the commit */
+    PH_IDLE     /* standing query between refreshes */
+} phase_t;
+
+typedef struct req {
+    struct req *next;
+    rill_sched_rid_t id;
+    req_kind_t kind;
+    sess_t *sess;
+    rill_sched_ask_t ask;
+    int32_t *question; /* owned: question, turn input, or the speculation's guess */
+    int32_t n_question;
+    rill_session_t *fork;
+    phase_t phase;
+    int32_t *out; /* [n_max] */
+    int32_t n_out;
+    int64_t version;
+    int32_t n_context, base_n;
+    int64_t submit_ns, first_ns, compute_ns;
+    int64_t backlog, ttft_compute_ns; /* rill_sched_answer_t's */
+    bool committed;                   /* speculation: the real input arrived */
+    int64_t computed; /* speculation: tokens evaluated on the branch while speculative */
+    int64_t target;   /* stream position (tokens) the request must see: the session's tokens
+                         acknowledged when it was asked; data that came later is not waited for */
+    /* standing queries */
+    bool stale;
+    int64_t retry_step; /* no refresh before this step (after a reclaim) */
+    int32_t *cache;     /* [n_max] */
+    int32_t n_cache;
+    int64_t cache_version, cache_done_ns, cache_compute_ns;
+    int64_t refreshes, abandoned, hits;
+} req_t;
+
+struct rill_sched {
+    rill_session_pool_t *pool;
+    rill_sched_params_t prm;
+    int32_t P, n_pages, max_batch, n_ctx;
+    const rill_tokenizer_t *tok;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    cmd_t *head, *tail; /* command queue (mu) */
+    bool stop;          /* (mu) */
+    bool idle;          /* (mu) engine asleep with nothing to do */
+    bool preemptible;   /* (mu) the step running carries no question work */
+    atomic_int preempt; /* set to stop that step's forward pass (rill_forward_set_cancel) */
+    _Atomic uint64_t next_rid;
+    /* engine-thread state */
+    sess_t *sessions;
+    tmpl_t *templates;
+    req_t *reqs;
+    uint64_t next_sid;
+    int32_t n_sessions, reserved;
+    uint64_t rr; /* round-robin rotation */
+    /* step time model t = a + b * tokens, fitted by least squares with exponential forgetting
+     * (weights decay by FORGET per step): sums of w, w*T, w*t, w*T^2, w*T*t */
+    double fw, ft, fy, ftt, fty;
+    double ns_per_tok, ns_fixed; /* b and a */
+    rill_sched_stats_t st;
+    bool step_questions; /* the step built last carries question work */
+    rill_session_step_t *items;
+    req_t **item_req;
+    sess_t **item_sess;
+    rill_sched_class_t *item_class;
+    cmd_t *finished; /* blocking commands carried out, to be marked done under mu */
+};
+
+/* ---- shared helpers ------------------------------------------------------------------------ */
+
+int64_t rill__sched_now(void);
+
+/* Writes the detail of a blocking command into its caller's buffer (if any). */
+void rill__sched_msg(cmd_t *c, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+int32_t rill__sched_ceil_div(int64_t a, int32_t b);
+
+/* True for the commands that submit question work (ask, turn): they preempt lower steps. */
+bool rill__sched_is_question(const cmd_t *c);
+
+/* Frees an asynchronous command and whatever it still owns. */
+void rill__sched_cmd_free(cmd_t *c);
+
+/* Queues c on the finished list (a blocking command carried out, or a waiting creation). */
+void rill__sched_finished(rill_sched_t *sch, cmd_t *c);
+
+/* ---- admission.c --------------------------------------------------------------------------- */
+
+sess_t *rill__sched_find_sess(rill_sched_t *sch, rill_sched_sid_t id);
+
+/* Carries out CMD_CREATE; false when the creation waits for a shared prompt (answered later by
+ * rill__sched_templates_ready). */
+bool rill__sched_create(rill_sched_t *sch, cmd_t *c);
+void rill__sched_restore(rill_sched_t *sch, cmd_t *c);
+
+/* Ends the session's requests (RILL_ECANCELED), destroys it, releases its reservation. */
+void rill__sched_close_sess(rill_sched_t *sch, sess_t *x);
+
+/* Finishes the creations waiting for templates whose prompt is now evaluated. */
+void rill__sched_templates_ready(rill_sched_t *sch);
+
+/* Fails the creations still waiting and frees every template (engine shutdown). */
+void rill__sched_templates_free(rill_sched_t *sch);
+
+/* ---- requests.c ---------------------------------------------------------------------------- */
+
+req_t *rill__sched_find_req(rill_sched_t *sch, rill_sched_rid_t id);
+rill_sched_class_t rill__sched_req_class(const req_t *r);
+
+/* Tokens of the session's stream acknowledged so far (evaluated, evicted included, and
+ * queued). */
+int64_t rill__sched_acknowledged(const sess_t *x);
+
+/* True when every token a waiting request must see has been evaluated. */
+bool rill__sched_data_ready(const req_t *r);
+
+/* Delivers the end of a request (on_done) and frees it. */
+void rill__sched_finish(rill_sched_t *sch, req_t *r, rill_err_t status, const char *message,
+                        bool adopted);
+
+/* Ends a refresh of a standing query without an answer (it stays registered). */
+void rill__sched_abandon(rill_sched_t *sch, req_t *r);
+
+/* Unregisters a standing query (no callback). */
+void rill__sched_drop_standing(rill_sched_t *sch, req_t *r);
+
+/* The session's data changed: standing answers are stale; refreshes still prefilling go. */
+void rill__sched_data_changed(rill_sched_t *sch, sess_t *x);
+
+/* Moves a waiting request onto a fork of its session (its data is evaluated). */
+void rill__sched_start_fork(rill_sched_t *sch, req_t *r);
+
+/* An asynchronous request command that never became a request: on_done with err. */
+void rill__sched_fail_async(cmd_t *c, rill_err_t err, const char *msg);
+
+/* CMD_ASK, _TURN, _STANDING, _SPEC; CMD_CANCEL; CMD_COMMIT. */
+void rill__sched_submit(rill_sched_t *sch, cmd_t *c);
+void rill__sched_cancel(rill_sched_t *sch, cmd_t *c);
+void rill__sched_commit(rill_sched_t *sch, cmd_t *c);
+
+/* A picked token of a request's answer at time t. */
+void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t);
+
+/* ---- step.c -------------------------------------------------------------------------------- */
+
+/* The step cap the time model gives now (rill_sched_stats_t.chunk_cap). */
+int32_t rill__sched_step_cap(const rill_sched_t *sch);
+
+/* Runs one step; false when there was nothing to do. */
+bool rill__sched_step(rill_sched_t *sch);
+
+/* ---- engine.c ------------------------------------------------------------------------------ */
+
+/* The engine thread's body (arg: the scheduler). */
+void *rill__sched_engine(void *arg);
+
+#endif /* RILL_SCHED_INTERNAL_H */
