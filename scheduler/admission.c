@@ -26,17 +26,17 @@ sess_t *rill__sched_find_sess(rill_sched_t *sch, rill_sched_sid_t id) {
     return NULL;
 }
 
-/* Pages a session with this window policy can occupy (as rill_session_new rounds it). */
-static int32_t reservation(const rill_sched_t *sch, int32_t sinks, int32_t window) {
-    int32_t P = sch->P;
+/* Pages a session of m with this window policy can occupy (as rill_session_new rounds it). */
+static int32_t reservation(const model_t *m, int32_t sinks, int32_t window) {
+    int32_t P = m->P;
     if (window <= 0) {
-        return rill__sched_ceil_div(sch->n_ctx, P);
+        return rill__sched_ceil_div(m->n_ctx, P);
     }
     return rill__sched_ceil_div(sinks, P) + rill__sched_ceil_div(window, P);
 }
 
-static int32_t budget(const rill_sched_t *sch) {
-    return sch->n_pages - sch->prm.overflow_pages;
+static int32_t budget(const model_t *m) {
+    return m->n_pages - m->overflow;
 }
 
 static void tmpl_release(rill_sched_t *sch, tmpl_t *t) {
@@ -49,7 +49,7 @@ static void tmpl_release(rill_sched_t *sch, tmpl_t *t) {
             break;
         }
     }
-    sch->reserved -= t->reserved;
+    t->m->reserved -= t->reserved;
     rill_session_destroy(&t->s);
     rill_free(t->prompt);
     rill_free(t);
@@ -68,7 +68,8 @@ void rill__sched_close_sess(rill_sched_t *sch, sess_t *x) {
             break;
         }
     }
-    sch->reserved -= x->reserved;
+    x->m->reserved -= x->reserved;
+    x->m->n_sessions--;
     sch->n_sessions--;
     rill_session_destroy(&x->s);
     if (x->tmpl != NULL) {
@@ -77,14 +78,15 @@ void rill__sched_close_sess(rill_sched_t *sch, sess_t *x) {
     rill_free(x);
 }
 
-/* Registers s as a new session (admission already checked). */
-static rill_err_t add_sess(rill_sched_t *sch, rill_session_t *s, int32_t reserved, tmpl_t *t,
-                           rill_sched_sid_t *out) {
+/* Registers s as a new session of m (admission already checked). */
+static rill_err_t add_sess(rill_sched_t *sch, model_t *m, rill_session_t *s, int32_t reserved,
+                           tmpl_t *t, rill_sched_sid_t *out) {
     sess_t *x = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *x);
     if (x == NULL) {
         return RILL_ENOMEM;
     }
     x->id = ++sch->next_sid;
+    x->m = m;
     x->s = s;
     x->reserved = reserved;
     x->tmpl = t;
@@ -93,7 +95,8 @@ static rill_err_t add_sess(rill_sched_t *sch, rill_session_t *s, int32_t reserve
         pp = &(*pp)->next;
     }
     *pp = x;
-    sch->reserved += reserved;
+    m->reserved += reserved;
+    m->n_sessions++;
     sch->n_sessions++;
     if (t != NULL) {
         t->refs++;
@@ -102,18 +105,18 @@ static rill_err_t add_sess(rill_sched_t *sch, rill_session_t *s, int32_t reserve
     return RILL_OK;
 }
 
-static rill_err_t admit(rill_sched_t *sch, int32_t need, cmd_t *c) {
+static rill_err_t admit(rill_sched_t *sch, const model_t *m, int32_t need, cmd_t *c) {
     if (sch->n_sessions >= sch->prm.max_sessions) {
         sch->st.admission_rejects++;
         rill__sched_msg(c, "%d sessions open (max_sessions)", sch->n_sessions);
         return RILL_EFULL;
     }
-    if (sch->reserved + need > budget(sch)) {
+    if (m->reserved + need > budget(m)) {
         sch->st.admission_rejects++;
         rill__sched_msg(c,
-                        "KV budget: the session needs %d page(s) of %d positions, %d of %d "
-                        "reservable pages are reserved (%d more held back for forks)",
-                        need, sch->P, sch->reserved, budget(sch), sch->prm.overflow_pages);
+                        "KV budget of model %s: the session needs %d page(s) of %d positions, "
+                        "%d of %d reservable pages are reserved (%d more held back for forks)",
+                        m->name, need, m->P, m->reserved, budget(m), m->overflow);
         return RILL_EFULL;
     }
     return RILL_OK;
@@ -154,13 +157,13 @@ static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
         err = open_log(s, c->u.create.sp, c);
     }
     if (err == RILL_OK) {
-        err = add_sess(sch, s, reservation(sch, t->sinks, t->window), t, c->u.create.out);
+        err = add_sess(sch, t->m, s, reservation(t->m, t->sinks, t->window), t, c->u.create.out);
     }
+    /* the reservation was taken when it waited; add_sess counted it again */
+    t->m->reserved -= reservation(t->m, t->sinks, t->window);
     if (err != RILL_OK) {
         rill_session_destroy(&s);
-        sch->reserved -= reservation(sch, t->sinks, t->window); /* taken when it waited */
     } else {
-        sch->reserved -= reservation(sch, t->sinks, t->window); /* add_sess counted it again */
         int32_t n_pg = 0;
         (void)rill_session_pages(s, &n_pg);
         sch->st.prefix_shared_pages += n_pg;
@@ -170,18 +173,18 @@ static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
 
 /* The template of this prompt and policy, started when there is none. NULL with c->err set
  * when it cannot be. */
-static tmpl_t *find_template(rill_sched_t *sch, const rill_session_params_t *pp, int32_t need,
-                             cmd_t *c) {
+static tmpl_t *find_template(rill_sched_t *sch, model_t *m, const rill_session_params_t *pp,
+                             int32_t need, cmd_t *c) {
     for (tmpl_t *t = sch->templates; t != NULL; t = t->next) {
-        if (t->n_prompt == pp->n_prompt && t->sinks == pp->n_sink && t->window == pp->window &&
-            t->evict == pp->evict_pages &&
+        if (t->m == m && t->n_prompt == pp->n_prompt && t->sinks == pp->n_sink &&
+            t->window == pp->window && t->evict == pp->evict_pages &&
             memcmp(t->prompt, pp->prompt, (size_t)pp->n_prompt * sizeof *pp->prompt) == 0) {
             return t;
         }
     }
-    int32_t tneed = rill__sched_ceil_div(pp->n_prompt, sch->P);
-    if (sch->reserved + need + tneed > budget(sch)) {
-        c->err = admit(sch, need + tneed, c);
+    int32_t tneed = rill__sched_ceil_div(pp->n_prompt, m->P);
+    if (m->reserved + need + tneed > budget(m)) {
+        c->err = admit(sch, m, need + tneed, c);
         return NULL;
     }
     tmpl_t *t = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *t);
@@ -192,7 +195,7 @@ static tmpl_t *find_template(rill_sched_t *sch, const rill_session_params_t *pp,
     rill_session_t *s = NULL;
     rill_err_t err = t != NULL && prompt != NULL ? RILL_OK : RILL_ENOMEM;
     if (err == RILL_OK) {
-        err = rill_session_new(sch->pool, &np, &s);
+        err = rill_session_new(m->pool, &np, &s);
     }
     if (err == RILL_OK) {
         err = rill_session_feed(s, pp->prompt, pp->n_prompt);
@@ -209,6 +212,7 @@ static tmpl_t *find_template(rill_sched_t *sch, const rill_session_params_t *pp,
     }
     memcpy(prompt, pp->prompt, (size_t)pp->n_prompt * sizeof *prompt);
     *t = (tmpl_t){ .next = sch->templates,
+                   .m = m,
                    .prompt = prompt,
                    .n_prompt = pp->n_prompt,
                    .sinks = pp->n_sink,
@@ -217,44 +221,50 @@ static tmpl_t *find_template(rill_sched_t *sch, const rill_session_params_t *pp,
                    .s = s,
                    .reserved = tneed };
     sch->templates = t;
-    sch->reserved += tneed;
+    m->reserved += tneed;
     return t;
 }
 
 bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
     const rill_sched_session_params_t *sp = c->u.create.sp;
     const rill_session_params_t *pp = &sp->session;
+    if (sp->model < 0 || sp->model >= sch->n_models) {
+        rill__sched_msg(c, "no model %d (the scheduler has %d)", sp->model, sch->n_models);
+        c->err = RILL_EINVAL;
+        return true;
+    }
     if (pp->n_sink < 0 || pp->window < 0 || pp->n_prompt < 0 ||
         (pp->n_prompt > 0 && pp->prompt == NULL)) {
         rill__sched_msg(c, "invalid session parameters");
         c->err = RILL_EINVAL;
         return true;
     }
-    int32_t need = reservation(sch, pp->n_sink, pp->window);
-    if ((c->err = admit(sch, need, c)) != RILL_OK) {
+    model_t *m = &sch->models[sp->model];
+    int32_t need = reservation(m, pp->n_sink, pp->window);
+    if ((c->err = admit(sch, m, need, c)) != RILL_OK) {
         return true;
     }
     if (pp->n_prompt == 0) {
         rill_session_t *s = NULL;
-        c->err = rill_session_new(sch->pool, pp, &s);
+        c->err = rill_session_new(m->pool, pp, &s);
         if (c->err != RILL_OK) {
             rill__sched_msg(c, "%s", rill_strerror(c->err));
             return true;
         }
         c->err = open_log(s, sp, c);
         if (c->err == RILL_OK) {
-            c->err = add_sess(sch, s, need, NULL, c->u.create.out);
+            c->err = add_sess(sch, m, s, need, NULL, c->u.create.out);
         }
         if (c->err != RILL_OK) {
             rill_session_destroy(&s);
         }
         return true;
     }
-    tmpl_t *t = find_template(sch, pp, need, c);
+    tmpl_t *t = find_template(sch, m, pp, need, c);
     if (t == NULL) {
         return true;
     }
-    sch->reserved += need; /* held while it waits */
+    m->reserved += need; /* held while it waits */
     if (rill_session_pending(t->s) == 0) {
         create_from(sch, t, c);
         return true;
@@ -299,18 +309,24 @@ void rill__sched_templates_free(rill_sched_t *sch) {
 }
 
 void rill__sched_restore(rill_sched_t *sch, cmd_t *c) {
+    if (c->u.restore.model < 0 || c->u.restore.model >= sch->n_models) {
+        rill__sched_msg(c, "no model %d (the scheduler has %d)", c->u.restore.model, sch->n_models);
+        c->err = RILL_EINVAL;
+        return;
+    }
+    model_t *m = &sch->models[c->u.restore.model];
     rill_session_t *s = NULL;
-    c->err = rill_session_restore(sch->pool, c->u.restore.snapshot, c->u.restore.log,
+    c->err = rill_session_restore(m->pool, c->u.restore.snapshot, c->u.restore.log,
                                   c->u.restore.fsync, &s, c->msg, c->msglen);
     if (c->err != RILL_OK) {
         return;
     }
     rill_session_stats_t st;
     rill_session_stats(s, &st);
-    int32_t need = reservation(sch, st.n_sink_cfg, st.window_cfg);
-    c->err = admit(sch, need, c);
+    int32_t need = reservation(m, st.n_sink_cfg, st.window_cfg);
+    c->err = admit(sch, m, need, c);
     if (c->err == RILL_OK) {
-        c->err = add_sess(sch, s, need, NULL, c->u.restore.out);
+        c->err = add_sess(sch, m, s, need, NULL, c->u.restore.out);
     }
     if (c->err != RILL_OK) {
         rill_session_destroy(&s);

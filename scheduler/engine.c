@@ -16,6 +16,7 @@
 
 static void fill_info(rill_sched_t *sch, sess_t *x, rill_sched_session_info_t *o) {
     memset(o, 0, sizeof *o);
+    o->model = x->m->index;
     rill_session_stats(x->s, &o->st);
     o->version = rill_session_seq(x->s);
     o->reserved_pages = x->reserved;
@@ -30,14 +31,33 @@ static void fill_info(rill_sched_t *sch, sess_t *x, rill_sched_session_info_t *o
 
 static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
     *o = sch->st;
-    o->ns_per_token = sch->ns_per_tok;
-    o->ns_per_step = sch->ns_fixed;
-    o->chunk_cap = rill__sched_step_cap(sch);
+    const model_t *m0 = &sch->models[0];
+    o->ns_per_token = m0->ns_per_tok;
+    o->ns_per_step = m0->ns_fixed;
+    o->chunk_cap = rill__sched_step_cap(sch, m0);
     o->n_sessions = sch->n_sessions;
-    o->reserved_pages = sch->reserved;
-    o->overflow_pages = sch->prm.overflow_pages;
-    o->free_pages = rill_session_pool_n_free(sch->pool);
-    o->total_pages = sch->n_pages;
+    for (int32_t i = 0; i < sch->n_models; i++) {
+        const model_t *m = &sch->models[i];
+        o->reserved_pages += m->reserved;
+        o->overflow_pages += m->overflow;
+        o->free_pages += rill_session_pool_n_free(m->pool);
+        o->total_pages += m->n_pages;
+    }
+}
+
+static void fill_model_info(rill_sched_t *sch, const model_t *m, rill_sched_model_info_t *o) {
+    *o = (rill_sched_model_info_t){ .name = m->name,
+                                    .steps = m->steps,
+                                    .busy_ns = m->busy_ns,
+                                    .ns_per_token = m->ns_per_tok,
+                                    .ns_per_step = m->ns_fixed,
+                                    .chunk_cap = rill__sched_step_cap(sch, m),
+                                    .n_sessions = m->n_sessions,
+                                    .reserved_pages = m->reserved,
+                                    .overflow_pages = m->overflow,
+                                    .free_pages = rill_session_pool_n_free(m->pool),
+                                    .total_pages = m->n_pages };
+    memcpy(o->tokens, m->tokens, sizeof o->tokens);
 }
 
 /* The session a session-addressed command names; NULL (reported to its caller) when there is
@@ -200,6 +220,9 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
         break;
     case CMD_STATS:
         fill_stats(sch, c->u.stats.out);
+        break;
+    case CMD_MODEL_INFO:
+        fill_model_info(sch, &sch->models[c->u.model_info.model], c->u.model_info.out);
         break;
     }
     if (c->blocking) {

@@ -149,7 +149,7 @@ void rill__sched_start_fork(rill_sched_t *sch, req_t *r) {
     rill_session_stats_t st;
     rill_session_stats(s, &st);
     bool dropped = (r->kind == REQ_ASK || r->kind == REQ_STANDING) &&
-                   (int64_t)st.n_resident + r->n_question + r->ask.n_max <= sch->n_ctx;
+                   (int64_t)st.n_resident + r->n_question + r->ask.n_max <= r->sess->m->n_ctx;
     rill_err_t err =
         dropped ? rill_session_fork_unwindowed(s, &r->fork) : rill_session_fork(s, &r->fork);
     if (err == RILL_OK && st.n_pending > 0) {
@@ -433,8 +433,9 @@ void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t) {
     if (!spec && r->ask.on_token != NULL) {
         r->ask.on_token(r->ask.user, r->id, tok);
     }
+    const rill_tokenizer_t *tk = r->sess->m->tok;
     bool done = r->n_out == r->ask.n_max ||
-                (r->ask.stop_at_eog && sch->tok != NULL && rill_tokenizer_is_eog(sch->tok, tok));
+                (r->ask.stop_at_eog && tk != NULL && rill_tokenizer_is_eog(tk, tok));
     bool adopt = r->kind == REQ_TURN || r->kind == REQ_SPEC;
     if (done && !adopt) {
         if (r->kind == REQ_STANDING) {

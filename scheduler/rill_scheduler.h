@@ -1,11 +1,12 @@
 /*
  * rill_scheduler.h - many sessions on one engine: the step loop (DESIGN.md section 5).
  *
- * A rill_sched_t owns one session pool (and through it one forward pass and backend) and runs
- * one engine thread. Every step the engine builds one batch from the work of all sessions -
- * answer tokens being decoded, questions being prefilled, ingested data, standing-query
- * refreshes, speculative replies - and evaluates it with one rill_session_step() (one forward
- * pass). Other threads talk to it through the calls below; the engine alone touches sessions.
+ * A rill_sched_t runs one engine thread over one or more models, each a session pool (and through
+ * it a forward pass and backend; a speech recognizer and a language model, say). Every step the
+ * engine builds, per model, one batch from the work of that model's sessions - answer tokens
+ * being decoded, questions being prefilled, ingested data, standing-query refreshes,
+ * speculative replies - and evaluates it with one rill_session_step() (one forward pass). Other
+ * threads talk to it through the calls below; the engine alone touches sessions.
  *
  * Work classes, highest first (rill_sched_class_t). A step takes the highest classes first;
  * lower ones only fill the token budget the higher leave, so a lower class is preempted at the
@@ -32,6 +33,16 @@
  * min_chunk's floor is for questions' own tokens and for steps without question work (so that
  * ingest progresses however slow a token is); ingest joining a question's step stops at the
  * unfloored (max_delay_ns - a) / b, which may be none.
+ *
+ * Several models (rill_sched_new_models). A session belongs to the model it was created on
+ * (rill_sched_session_params_t.model); budgets, templates, the step-time model and the cap are
+ * per model. A step runs one pass per model with work (params.model_steps, RILL_SCHED_EVERY_MODEL),
+ * the models whose batch carries question work first (then by their batch's highest class,
+ * ties in rotation), and the delay bound is the step's: once a pass with question work has run,
+ * a later model's pass without question work is cut to the tokens its time model fits in what
+ * is left of max_delay_ns (possibly none), as ingest is inside one model's question step. So
+ * a question on one model waits for another model's lower work about as long as for its own
+ * model's. With RILL_SCHED_TOP_MODEL a step runs only the first of those passes.
  *
  * Cell-budget admission. A session reserves the pages its window can occupy
  * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
@@ -117,14 +128,23 @@ typedef enum rill_sched_class {
 /* Name of a class ("decode", "prefill", "ingest", "standing", "spec"). */
 const char *rill_sched_class_name(rill_sched_class_t c);
 
+/* How a step treats several models (see "Several models"). */
+typedef enum rill_sched_model_steps {
+    RILL_SCHED_EVERY_MODEL = 0, /* one pass per model with work, under one delay bound */
+    RILL_SCHED_TOP_MODEL = 1    /* only the pass of the model with the highest work */
+} rill_sched_model_steps_t;
+
 typedef struct rill_sched_params {
-    int32_t step_tokens;    /* most tokens per step; 0 (default): the pool's max_batch */
+    int32_t step_tokens;    /* most tokens per pass; 0 (default): each pool's max_batch; else
+                               at most every pool's */
     int32_t min_chunk;      /* fewest tokens the adaptive cap allows per step; default 16 */
     int64_t max_delay_ns;   /* target step time bounding a waiting question's delay; default
                                50 ms; 0: no cap (steps of step_tokens) */
-    int32_t overflow_pages; /* pages sessions may not reserve (forks use them); -1 (default):
-                               an eighth of the pool, at least 2 * ceil(step_tokens / P) */
-    int32_t max_sessions;   /* default 1024 */
+    int32_t overflow_pages; /* pages of each pool sessions may not reserve (forks use them); -1
+                               (default): an eighth of the pool, at least
+                               2 * ceil(step_tokens / P) */
+    int32_t max_sessions;   /* over all models; default 1024 */
+    rill_sched_model_steps_t model_steps; /* default RILL_SCHED_EVERY_MODEL */
 } rill_sched_params_t;
 
 /* Defaults as documented per field. */
@@ -140,6 +160,28 @@ rill_sched_params_t rill_sched_default_params(void);
 rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
                           rill_sched_t **out);
 
+/* Longest model name (bytes, NUL excluded) and most models of one scheduler. */
+#define RILL_SCHED_MODEL_NAME 64
+#define RILL_SCHED_MAX_MODELS 8
+
+typedef struct rill_sched_model {
+    const char *name;          /* 1..RILL_SCHED_MODEL_NAME - 1 bytes, unique; copied */
+    rill_session_pool_t *pool; /* borrowed, as the pool of rill_sched_new() */
+} rill_sched_model_t;
+
+/* As rill_sched_new(), over models[0, n_models) (1..RILL_SCHED_MAX_MODELS distinct pools with
+ * distinct forwards; model i is index i of rill_sched_session_params_t.model, model 0 the
+ * default). rill_sched_new(pool, ...) is this with one model named "default". Errors: those of
+ * rill_sched_new(), RILL_EINVAL also for a bad name or count, a duplicate name or pool. */
+rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_models,
+                                 const rill_sched_params_t *params, rill_sched_t **out);
+
+/* Models of the scheduler, and the index of the one named name (RILL_ENOTFOUND: none). Never
+ * block; the names are fixed at creation (borrowed for the scheduler's lifetime). */
+int32_t rill_sched_n_models(const rill_sched_t *sch);
+const char *rill_sched_model_name(const rill_sched_t *sch, int32_t model);
+int32_t rill_sched_find_model(const rill_sched_t *sch, const char *name);
+
 /* Stops the engine: every open request ends with RILL_ECANCELED (on_done is called), every
  * session is destroyed (their logs synced and closed), then frees the scheduler and sets
  * *sp = NULL. NULL-safe. Must not be called from a callback. */
@@ -148,8 +190,9 @@ void rill_sched_destroy(rill_sched_t **sp);
 /* ---- sessions ---------------------------------------------------------------------------- */
 
 typedef struct rill_sched_session_params {
+    int32_t model;                 /* index of its model (rill_sched_find_model); default 0 */
     rill_session_params_t session; /* window policy and optional system prompt (shared with
-                                      sessions created with the same prompt and policy) */
+                                      sessions created with the same prompt, policy and model) */
     const char *log_path;          /* optional ingest log (rill_session_open_log: must not
                                       exist); with a shared prompt a snapshot of the start
                                       state is also written to log_path + ".base" so that
@@ -157,20 +200,22 @@ typedef struct rill_sched_session_params {
     rill_session_fsync_t fsync;    /* policy of the log */
 } rill_sched_session_params_t;
 
-/* Defaults: rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC. */
+/* Defaults: model 0, rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC. */
 rill_sched_session_params_t rill_sched_session_default_params(void);
 
 /* Creates a session and returns once it is ready (its shared prompt evaluated). Errors:
  * RILL_EINVAL (NULL, bad params), RILL_EFULL (its reservation does not fit: the message
  * gives pages needed, reserved and budget; or max_sessions reached), RILL_ENOMEM, log and
- * forward errors. On error nothing is left. err (optional) receives a message. */
+ * forward errors; RILL_EINVAL for a model index out of range. On error nothing is left. err
+ * (optional) receives a message. */
 rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session_params_t *params,
                                      rill_sched_sid_t *out, char *err, size_t errlen);
 
-/* Rebuilds a session from a snapshot and/or its log (rill_session_restore, replay done by the
- * engine before it returns), reserving its window like creation. Errors: those of
- * rill_session_restore() and of creation. */
-rill_err_t rill_sched_session_restore(rill_sched_t *sch, const char *snapshot_path,
+/* Rebuilds a session of model `model` from a snapshot and/or its log (rill_session_restore into
+ * that model's pool, replay done by the engine before it returns), reserving its window like
+ * creation. Errors: those of rill_session_restore() (RILL_EUNSUPPORTED for files of another
+ * model) and of creation. */
+rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
                                       const char *log_path, rill_session_fsync_t fsync,
                                       rill_sched_sid_t *out, char *err, size_t errlen);
 
@@ -179,6 +224,7 @@ rill_err_t rill_sched_session_restore(rill_sched_t *sch, const char *snapshot_pa
 rill_err_t rill_sched_session_close(rill_sched_t *sch, rill_sched_sid_t sid);
 
 typedef struct rill_sched_session_info {
+    int32_t model;           /* its model's index */
     rill_session_stats_t st; /* rill_session_stats() of the session */
     int64_t version;         /* rill_session_seq() */
     int32_t reserved_pages;
@@ -335,8 +381,9 @@ rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, cons
 
 /* ---- engine statistics --------------------------------------------------------------------- */
 
+/* Over all models (per model: rill_sched_model_info); the time model's fields are model 0's. */
 typedef struct rill_sched_stats {
-    int64_t steps;
+    int64_t steps;                        /* forward passes */
     int64_t tokens[RILL_SCHED_N_CLASSES]; /* tokens evaluated per class */
     int64_t busy_ns;                      /* time in steps */
     int64_t idle_ns;                      /* time waiting for work */
@@ -348,7 +395,8 @@ typedef struct rill_sched_stats {
     int64_t admission_rejects;    /* creations refused with RILL_EFULL */
     int64_t reclaimed;            /* forks reclaimed at exhaustion */
     int64_t preempted;            /* steps of lower work stopped mid-pass for a question */
-    int64_t question_step_filler; /* INGEST tokens in steps that carried question work */
+    int64_t question_step_filler; /* tokens of INGEST and lower classes in steps that carried
+                                     question work (in their model's pass or an earlier one) */
     int64_t questions, questions_failed;
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
     int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */
@@ -358,6 +406,21 @@ typedef struct rill_sched_stats {
 
 /* Fills *out (a consistent copy taken between steps). Blocks. */
 void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out);
+
+typedef struct rill_sched_model_info {
+    const char *name; /* borrowed for the scheduler's lifetime */
+    int64_t steps;    /* its forward passes */
+    int64_t tokens[RILL_SCHED_N_CLASSES];
+    int64_t busy_ns;
+    double ns_per_token, ns_per_step; /* its step time model */
+    int32_t chunk_cap;
+    int32_t n_sessions;
+    int32_t reserved_pages, overflow_pages, free_pages, total_pages;
+} rill_sched_model_info_t;
+
+/* Fills *out for model `model` (a consistent copy taken between steps). Errors: RILL_EINVAL
+ * (NULL, index out of range), RILL_ECLOSED. Blocks. */
+rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_model_info_t *out);
 
 /* Blocks until the engine has no work left (every queue empty, no request open, standing
  * queries fresh) or timeout_ns passes. RILL_OK or RILL_ETIMEDOUT. For tests and benchmarks. */

@@ -49,6 +49,7 @@ typedef enum cmd_kind {
     CMD_STANDING_LIST,
     CMD_COMMIT,
     CMD_STATS,
+    CMD_MODEL_INFO,
     CMD_TOKENS
 } cmd_kind_t;
 
@@ -70,6 +71,7 @@ typedef struct cmd {
             rill_sched_sid_t *out;
         } create;
         struct {
+            int32_t model;
             const char *snapshot, *log;
             rill_session_fsync_t fsync;
             rill_sched_sid_t *out;
@@ -132,14 +134,21 @@ typedef struct cmd {
         struct {
             rill_sched_stats_t *out;
         } stats;
+        struct {
+            int32_t model;
+            rill_sched_model_info_t *out;
+        } model_info;
     } u;
 } cmd_t;
 
 /* ---- engine state -------------------------------------------------------------------------- */
 
+typedef struct model model_t;
+
 /* A shared system prompt: evaluated once in its own session, which sessions fork. */
 typedef struct tmpl {
     struct tmpl *next;
+    model_t *m;
     int32_t *prompt;
     int32_t n_prompt;
     int32_t sinks, window, evict;
@@ -152,6 +161,7 @@ typedef struct tmpl {
 typedef struct sess {
     struct sess *next;
     rill_sched_sid_t id;
+    model_t *m;
     rill_session_t *s;
     int32_t reserved;
     tmpl_t *tmpl;
@@ -198,11 +208,37 @@ typedef struct req {
     int64_t refreshes, abandoned, hits;
 } req_t;
 
-struct rill_sched {
+/* One model: its pool (forward, backend), its admission budget, and its step state. Engine
+ * thread, except the immutable fields set at creation (name .. tok). */
+struct model {
+    char name[RILL_SCHED_MODEL_NAME];
+    int32_t index;
     rill_session_pool_t *pool;
-    rill_sched_params_t prm;
     int32_t P, n_pages, max_batch, n_ctx;
+    int32_t step_tokens, overflow; /* the parameters as resolved for this pool */
     const rill_tokenizer_t *tok;
+    int32_t n_sessions, reserved;
+    uint64_t rr; /* round-robin rotation */
+    /* step time model t = a + b * tokens, fitted by least squares with exponential forgetting
+     * (weights decay by FORGET per step): sums of w, w*T, w*t, w*T^2, w*T*t */
+    double fw, ft, fy, ftt, fty;
+    double ns_per_tok, ns_fixed; /* b and a */
+    /* the batch built for the next pass */
+    int32_t n_items;
+    bool questions;         /* it carries question work */
+    rill_sched_class_t top; /* its highest class */
+    rill_session_step_t *items;
+    req_t **item_req;
+    sess_t **item_sess;
+    rill_sched_class_t *item_class;
+    /* counters of rill_sched_model_info_t */
+    int64_t steps, busy_ns, tokens[RILL_SCHED_N_CLASSES];
+};
+
+struct rill_sched {
+    model_t *models; /* [n_models], fixed at creation */
+    int32_t n_models;
+    rill_sched_params_t prm;
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t mu;
@@ -210,26 +246,18 @@ struct rill_sched {
     cmd_t *head, *tail; /* command queue (mu) */
     bool stop;          /* (mu) */
     bool idle;          /* (mu) engine asleep with nothing to do */
-    bool preemptible;   /* (mu) the step running carries no question work */
-    atomic_int preempt; /* set to stop that step's forward pass (rill_forward_set_cancel) */
+    bool preemptible;   /* (mu) the pass running carries no question work */
+    atomic_int preempt; /* set to stop that pass (rill_forward_set_cancel on every forward) */
     _Atomic uint64_t next_rid;
     /* engine-thread state */
     sess_t *sessions;
     tmpl_t *templates;
     req_t *reqs;
     uint64_t next_sid;
-    int32_t n_sessions, reserved;
-    uint64_t rr; /* round-robin rotation */
-    /* step time model t = a + b * tokens, fitted by least squares with exponential forgetting
-     * (weights decay by FORGET per step): sums of w, w*T, w*t, w*T^2, w*T*t */
-    double fw, ft, fy, ftt, fty;
-    double ns_per_tok, ns_fixed; /* b and a */
+    int32_t n_sessions;
+    uint64_t rr;     /* rotation among models of equal priority */
+    model_t **order; /* [n_models] scratch: the models of a step in the order they run */
     rill_sched_stats_t st;
-    bool step_questions; /* the step built last carries question work */
-    rill_session_step_t *items;
-    req_t **item_req;
-    sess_t **item_sess;
-    rill_sched_class_t *item_class;
     cmd_t *finished; /* blocking commands carried out, to be marked done under mu */
 };
 
@@ -314,8 +342,8 @@ void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t);
 
 /* ---- step.c -------------------------------------------------------------------------------- */
 
-/* The step cap the time model gives now (rill_sched_stats_t.chunk_cap). */
-int32_t rill__sched_step_cap(const rill_sched_t *sch);
+/* The step cap m's time model gives now (rill_sched_model_info_t.chunk_cap). */
+int32_t rill__sched_step_cap(const rill_sched_t *sch, const model_t *m);
 
 /* Runs one step; false when there was nothing to do. */
 bool rill__sched_step(rill_sched_t *sch);

@@ -80,7 +80,8 @@ rill_sched_params_t rill_sched_default_params(void) {
                                   .min_chunk = 16,
                                   .max_delay_ns = 50 * 1000 * 1000,
                                   .overflow_pages = -1,
-                                  .max_sessions = 1024 };
+                                  .max_sessions = 1024,
+                                  .model_steps = RILL_SCHED_EVERY_MODEL };
 }
 
 rill_sched_session_params_t rill_sched_session_default_params(void) {
@@ -162,56 +163,124 @@ static void clear_msg(char *err, size_t errlen) {
 
 /* ---- creation and teardown ------------------------------------------------------------------ */
 
-rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
-                          rill_sched_t **out) {
+/* Resolves the parameters for every model; false (logged) when they do not fit one. */
+static bool resolve(rill_sched_params_t *p, model_t *models, int32_t n) {
+    for (int32_t i = 0; i < n; i++) {
+        model_t *m = &models[i];
+        m->step_tokens = p->step_tokens == 0 ? m->max_batch : p->step_tokens;
+        m->overflow = p->overflow_pages;
+        if (m->overflow == -1) {
+            int32_t lo = 2 * rill__sched_ceil_div(m->step_tokens, m->P);
+            m->overflow = m->n_pages / 8 > lo ? m->n_pages / 8 : lo;
+            m->overflow = m->overflow < m->n_pages ? m->overflow : m->n_pages - 1;
+        }
+        if (m->step_tokens < 1 || m->step_tokens > m->max_batch || p->min_chunk < 1 ||
+            p->min_chunk > m->step_tokens || p->max_delay_ns < 0 || m->overflow < 0 ||
+            m->overflow >= m->n_pages || p->max_sessions < 1 ||
+            (unsigned)p->model_steps > (unsigned)RILL_SCHED_TOP_MODEL) {
+            RILL_LOGE("scheduler: invalid parameters for model %s (step %d of max %d, min_chunk "
+                      "%d, overflow %d of %d pages, max_sessions %d, model_steps %d)",
+                      m->name, m->step_tokens, m->max_batch, p->min_chunk, m->overflow, m->n_pages,
+                      p->max_sessions, (int)p->model_steps);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Checks the model list: names, pools and forwards distinct and valid. */
+static bool models_ok(const rill_sched_model_t *models, int32_t n) {
+    if (models == NULL || n < 1 || n > RILL_SCHED_MAX_MODELS) {
+        return false;
+    }
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = models[i].name != NULL ? strlen(models[i].name) : 0;
+        if (models[i].pool == NULL || len < 1 || len >= RILL_SCHED_MODEL_NAME) {
+            return false;
+        }
+        for (int32_t j = 0; j < i; j++) {
+            if (strcmp(models[i].name, models[j].name) == 0 || models[i].pool == models[j].pool ||
+                rill_session_pool_forward(models[i].pool) ==
+                    rill_session_pool_forward(models[j].pool)) {
+                return false;
+            }
+        }
+    }
+    return true;
+}
+
+static void free_models(rill_sched_t *sch) {
+    for (int32_t i = 0; sch->models != NULL && i < sch->n_models; i++) {
+        model_t *m = &sch->models[i];
+        /* the forward outlives the scheduler (the engine thread is gone: no step reads it) */
+        rill_forward_set_cancel(rill_session_pool_forward(m->pool), NULL);
+        rill_free(m->items);
+        rill_free(m->item_req);
+        rill_free(m->item_sess);
+        rill_free(m->item_class);
+    }
+    rill_free(sch->models);
+    rill_free(sch->order);
+}
+
+rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_models,
+                                 const rill_sched_params_t *params, rill_sched_t **out) {
     if (out == NULL) {
         return RILL_EINVAL;
     }
     *out = NULL;
-    if (pool == NULL) {
-        return RILL_EINVAL;
-    }
-    rill_sched_params_t p = params != NULL ? *params : rill_sched_default_params();
-    int32_t max_batch = rill_session_pool_max_batch(pool);
-    int32_t P = rill_session_pool_page_size(pool), n_pages = rill_session_pool_n_pages(pool);
-    if (p.step_tokens == 0) {
-        p.step_tokens = max_batch;
-    }
-    if (p.overflow_pages == -1) {
-        int32_t lo = 2 * rill__sched_ceil_div(p.step_tokens, P);
-        p.overflow_pages = n_pages / 8 > lo ? n_pages / 8 : lo;
-        p.overflow_pages = p.overflow_pages < n_pages ? p.overflow_pages : n_pages - 1;
-    }
-    if (p.step_tokens < 1 || p.step_tokens > max_batch || p.min_chunk < 1 ||
-        p.min_chunk > p.step_tokens || p.max_delay_ns < 0 || p.overflow_pages < 0 ||
-        p.overflow_pages >= n_pages || p.max_sessions < 1) {
-        RILL_LOGE("scheduler: invalid parameters (step %d of max %d, min_chunk %d, overflow %d "
-                  "of %d pages, max_sessions %d)",
-                  p.step_tokens, max_batch, p.min_chunk, p.overflow_pages, n_pages, p.max_sessions);
+    if (!models_ok(models, n_models)) {
+        RILL_LOGE("scheduler: invalid model list (1..%d models, distinct names of 1..%d bytes, "
+                  "distinct pools)",
+                  RILL_SCHED_MAX_MODELS, RILL_SCHED_MODEL_NAME - 1);
         return RILL_EINVAL;
     }
     rill_sched_t *sch = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *sch);
     if (sch == NULL) {
         return RILL_ENOMEM;
     }
-    sch->pool = pool;
-    sch->prm = p;
-    sch->P = P;
-    sch->n_pages = n_pages;
-    sch->max_batch = max_batch;
-    sch->n_ctx = rill_session_pool_n_ctx(pool);
-    sch->tok = rill_session_pool_tokenizer(pool);
+    sch->prm = params != NULL ? *params : rill_sched_default_params();
+    sch->models = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->models);
+    sch->order = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->order);
+    if (sch->models == NULL || sch->order == NULL) {
+        free_models(sch);
+        rill_free(sch);
+        return RILL_ENOMEM;
+    }
+    sch->n_models = n_models;
+    for (int32_t i = 0; i < n_models; i++) {
+        model_t *m = &sch->models[i];
+        rill_session_pool_t *pool = models[i].pool;
+        snprintf(m->name, sizeof m->name, "%s", models[i].name);
+        m->index = i;
+        m->pool = pool;
+        m->P = rill_session_pool_page_size(pool);
+        m->n_pages = rill_session_pool_n_pages(pool);
+        m->max_batch = rill_session_pool_max_batch(pool);
+        m->n_ctx = rill_session_pool_n_ctx(pool);
+        m->tok = rill_session_pool_tokenizer(pool);
+    }
+    if (!resolve(&sch->prm, sch->models, n_models)) {
+        free_models(sch);
+        rill_free(sch);
+        return RILL_EINVAL;
+    }
     atomic_init(&sch->next_rid, 1);
     atomic_init(&sch->preempt, 0);
-    rill_forward_set_cancel(rill_session_pool_forward(pool), &sch->preempt);
-    sch->items = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->items);
-    sch->item_req = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->item_req);
-    sch->item_sess = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->item_sess);
-    sch->item_class = rill_malloc(RILL_MEM_SCHEDULER, (size_t)max_batch * sizeof *sch->item_class);
-    if (sch->items == NULL || sch->item_req == NULL || sch->item_sess == NULL ||
-        sch->item_class == NULL) {
-        rill_sched_destroy(&sch);
-        return RILL_ENOMEM;
+    for (int32_t i = 0; i < n_models; i++) {
+        model_t *m = &sch->models[i];
+        size_t mb = (size_t)m->max_batch;
+        m->items = rill_malloc(RILL_MEM_SCHEDULER, mb * sizeof *m->items);
+        m->item_req = rill_malloc(RILL_MEM_SCHEDULER, mb * sizeof *m->item_req);
+        m->item_sess = rill_malloc(RILL_MEM_SCHEDULER, mb * sizeof *m->item_sess);
+        m->item_class = rill_malloc(RILL_MEM_SCHEDULER, mb * sizeof *m->item_class);
+        if (m->items == NULL || m->item_req == NULL || m->item_sess == NULL ||
+            m->item_class == NULL) {
+            free_models(sch);
+            rill_free(sch);
+            return RILL_ENOMEM;
+        }
+        rill_forward_set_cancel(rill_session_pool_forward(m->pool), &sch->preempt);
     }
     pthread_mutex_init(&sch->mu, NULL);
     pthread_cond_init(&sch->wake, NULL);
@@ -225,44 +294,59 @@ rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *
     return RILL_OK;
 }
 
+rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
+                          rill_sched_t **out) {
+    rill_sched_model_t m = { .name = "default", .pool = pool };
+    return rill_sched_new_models(&m, 1, params, out);
+}
+
+int32_t rill_sched_n_models(const rill_sched_t *sch) {
+    return sch != NULL ? sch->n_models : 0;
+}
+
+const char *rill_sched_model_name(const rill_sched_t *sch, int32_t model) {
+    return sch != NULL && model >= 0 && model < sch->n_models ? sch->models[model].name : NULL;
+}
+
+int32_t rill_sched_find_model(const rill_sched_t *sch, const char *name) {
+    for (int32_t i = 0; sch != NULL && name != NULL && i < sch->n_models; i++) {
+        if (strcmp(sch->models[i].name, name) == 0) {
+            return i;
+        }
+    }
+    return RILL_ENOTFOUND;
+}
+
 void rill_sched_destroy(rill_sched_t **sp) {
     if (sp == NULL || *sp == NULL) {
         return;
     }
     rill_sched_t *sch = *sp;
-    if (sch->items != NULL && sch->item_class != NULL && sch->item_req != NULL &&
-        sch->item_sess != NULL) {
-        pthread_mutex_lock(&sch->mu);
-        sch->stop = true;
-        pthread_cond_signal(&sch->wake);
-        pthread_mutex_unlock(&sch->mu);
-        if (sch->thread_started) {
-            pthread_join(sch->thread, NULL);
-        }
-        /* asynchronous commands that arrived after the last pass */
-        for (cmd_t *c = sch->head, *nx; c != NULL; c = nx) {
-            nx = c->next;
-            if (c->blocking) {
-                continue;
-            }
-            if (c->kind == CMD_ASK || c->kind == CMD_TURN || c->kind == CMD_SPEC ||
-                c->kind == CMD_STANDING) {
-                rill__sched_fail_async(c, RILL_ECANCELED, "scheduler stopped");
-            } else if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
-                c->u.ingest.on_ack(c->u.ingest.user, RILL_ECANCELED, "scheduler stopped");
-            }
-            rill__sched_cmd_free(c);
-        }
-        pthread_mutex_destroy(&sch->mu);
-        pthread_cond_destroy(&sch->wake);
-        pthread_cond_destroy(&sch->done);
+    pthread_mutex_lock(&sch->mu);
+    sch->stop = true;
+    pthread_cond_signal(&sch->wake);
+    pthread_mutex_unlock(&sch->mu);
+    if (sch->thread_started) {
+        pthread_join(sch->thread, NULL);
     }
-    /* the forward outlives the scheduler (the engine thread is gone: no step reads it) */
-    rill_forward_set_cancel(rill_session_pool_forward(sch->pool), NULL);
-    rill_free(sch->items);
-    rill_free(sch->item_req);
-    rill_free(sch->item_sess);
-    rill_free(sch->item_class);
+    /* asynchronous commands that arrived after the last pass */
+    for (cmd_t *c = sch->head, *nx; c != NULL; c = nx) {
+        nx = c->next;
+        if (c->blocking) {
+            continue;
+        }
+        if (c->kind == CMD_ASK || c->kind == CMD_TURN || c->kind == CMD_SPEC ||
+            c->kind == CMD_STANDING) {
+            rill__sched_fail_async(c, RILL_ECANCELED, "scheduler stopped");
+        } else if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
+            c->u.ingest.on_ack(c->u.ingest.user, RILL_ECANCELED, "scheduler stopped");
+        }
+        rill__sched_cmd_free(c);
+    }
+    pthread_mutex_destroy(&sch->mu);
+    pthread_cond_destroy(&sch->wake);
+    pthread_cond_destroy(&sch->done);
+    free_models(sch);
     rill_free(sch);
     *sp = NULL;
 }
@@ -283,7 +367,7 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
     return call(sch, &c);
 }
 
-rill_err_t rill_sched_session_restore(rill_sched_t *sch, const char *snapshot_path,
+rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
                                       const char *log_path, rill_session_fsync_t fsync,
                                       rill_sched_sid_t *out, char *err, size_t errlen) {
     clear_msg(err, errlen);
@@ -292,6 +376,7 @@ rill_err_t rill_sched_session_restore(rill_sched_t *sch, const char *snapshot_pa
     }
     *out = 0;
     cmd_t c = { .kind = CMD_RESTORE, .msg = err, .msglen = errlen };
+    c.u.restore.model = model;
     c.u.restore.snapshot = snapshot_path;
     c.u.restore.log = log_path;
     c.u.restore.fsync = fsync;
@@ -531,6 +616,16 @@ void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out) {
     if (call(sch, &c) != RILL_OK) {
         memset(out, 0, sizeof *out);
     }
+}
+
+rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_model_info_t *out) {
+    if (sch == NULL || out == NULL || model < 0 || model >= sch->n_models) {
+        return RILL_EINVAL;
+    }
+    cmd_t c = { .kind = CMD_MODEL_INFO };
+    c.u.model_info.model = model;
+    c.u.model_info.out = out;
+    return call(sch, &c);
 }
 
 rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns) {

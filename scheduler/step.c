@@ -11,6 +11,12 @@
  * The cap comes from a least-squares fit t = a + b * tokens over recent steps, older ones
  * weighted down by FORGET per step: a step is held to about max_delay_ns, so a question that
  * arrives during it waits at most that long.
+ *
+ * Several models: each has its own batch, time model and cap; a step builds every model's
+ * batch, orders the models (question work first, then the highest class, ties in rotation) and
+ * runs their passes in that order. After a pass with question work, a later pass without any is
+ * cut to what its time model fits in the rest of max_delay_ns (trim), the way ingest fills a
+ * single model's question step - so the delay bound holds for the step as a whole.
  */
 #include <stdio.h>
 
@@ -18,18 +24,17 @@
 #include "sched_internal.h"
 
 typedef struct builder {
-    int32_t n_items, tokens, cap, logits;
-    bool questions; /* the step carries question work (decode, prefill, data a question awaits) */
+    int32_t tokens, cap, logits;
 } builder_t;
 
-static bool room_for(const rill_sched_t *sch, const builder_t *b, bool logits) {
-    return b->tokens < b->cap && b->n_items < sch->max_batch &&
+static bool room_for(const model_t *m, const builder_t *b, bool logits) {
+    return b->tokens < b->cap && m->n_items < m->max_batch &&
            (!logits || b->logits < RILL_SESSION_STEP_MAX_LOGITS);
 }
 
-/* Adds up to the cap's remaining tokens of s; logits on its last queued token when
+/* Adds up to the cap's remaining tokens of s to m's batch; logits on its last queued token when
  * want_logits. */
-static void add_item(rill_sched_t *sch, builder_t *b, rill_session_t *s, req_t *r, sess_t *x,
+static void add_item(model_t *m, builder_t *b, rill_session_t *s, req_t *r, sess_t *x,
                      rill_sched_class_t cls, bool want_logits) {
     int32_t room = rill_session_step_room(s);
     int32_t n = room < b->cap - b->tokens ? room : b->cap - b->tokens;
@@ -44,14 +49,15 @@ static void add_item(rill_sched_t *sch, builder_t *b, rill_session_t *s, req_t *
         n--; /* the last token in a later step */
         logits = false;
     }
-    int32_t i = b->n_items++;
-    sch->items[i] = (rill_session_step_t){ .s = s, .n = n, .logits = logits };
-    sch->item_req[i] = r;
-    sch->item_sess[i] = x;
-    sch->item_class[i] = cls;
+    int32_t i = m->n_items++;
+    m->items[i] = (rill_session_step_t){ .s = s, .n = n, .logits = logits };
+    m->item_req[i] = r;
+    m->item_sess[i] = x;
+    m->item_class[i] = cls;
     b->tokens += n;
     b->logits += logits;
-    b->questions |= cls == RILL_SCHED_DECODE || cls == RILL_SCHED_PREFILL;
+    m->questions |= cls == RILL_SCHED_DECODE || cls == RILL_SCHED_PREFILL;
+    m->top = cls < m->top ? cls : m->top;
 }
 
 static bool req_runs(const req_t *r) {
@@ -62,77 +68,80 @@ static bool req_runs(const req_t *r) {
 
 #define FORGET 0.97
 
-/* Adds a step of T tokens that took ns to the time model and refits it. */
-static void learn(rill_sched_t *sch, int32_t T, int64_t ns) {
+/* Adds a pass of T tokens that took ns to m's time model and refits it. */
+static void learn(model_t *m, int32_t T, int64_t ns) {
     double x = T, y = (double)ns;
-    sch->fw = FORGET * sch->fw + 1;
-    sch->ft = FORGET * sch->ft + x;
-    sch->fy = FORGET * sch->fy + y;
-    sch->ftt = FORGET * sch->ftt + x * x;
-    sch->fty = FORGET * sch->fty + x * y;
-    double mt = sch->ft / sch->fw, my = sch->fy / sch->fw;
-    double var = sch->ftt / sch->fw - mt * mt, cov = sch->fty / sch->fw - mt * my;
+    m->fw = FORGET * m->fw + 1;
+    m->ft = FORGET * m->ft + x;
+    m->fy = FORGET * m->fy + y;
+    m->ftt = FORGET * m->ftt + x * x;
+    m->fty = FORGET * m->fty + x * y;
+    double mt = m->ft / m->fw, my = m->fy / m->fw;
+    double var = m->ftt / m->fw - mt * mt, cov = m->fty / m->fw - mt * my;
     if (var > 1.0 && cov > 0) { /* steps of different sizes seen: slope and intercept */
-        sch->ns_per_tok = cov / var;
-        sch->ns_fixed = my - sch->ns_per_tok * mt;
-        sch->ns_fixed = sch->ns_fixed > 0 ? sch->ns_fixed : 0;
+        m->ns_per_tok = cov / var;
+        m->ns_fixed = my - m->ns_per_tok * mt;
+        m->ns_fixed = m->ns_fixed > 0 ? m->ns_fixed : 0;
     } else if (mt > 0) { /* all alike so far: charge everything per token (conservative) */
-        sch->ns_per_tok = my / mt;
-        sch->ns_fixed = 0;
+        m->ns_per_tok = my / mt;
+        m->ns_fixed = 0;
     }
 }
 
-/* Tokens a step of max_delay_ns holds by the time model (0 when not even one does);
+/* Tokens a pass of m fits in budget_ns by its time model (0 when not even one does);
  * step_tokens when there is no bound or no model yet. */
-static int32_t delay_tokens(const rill_sched_t *sch) {
-    int32_t cap = sch->prm.step_tokens;
-    if (sch->prm.max_delay_ns > 0 && sch->ns_per_tok > 0) {
-        double c = ((double)sch->prm.max_delay_ns - sch->ns_fixed) / sch->ns_per_tok;
+static int32_t fit_tokens(const rill_sched_t *sch, const model_t *m, int64_t budget_ns) {
+    int32_t cap = m->step_tokens;
+    if (sch->prm.max_delay_ns > 0 && m->ns_per_tok > 0) {
+        double c = ((double)budget_ns - m->ns_fixed) / m->ns_per_tok;
         cap = c < cap ? (c > 0 ? (int32_t)c : 0) : cap;
     }
     return cap;
 }
 
-int32_t rill__sched_step_cap(const rill_sched_t *sch) {
-    int32_t cap = delay_tokens(sch);
-    if (sch->prm.max_delay_ns > 0 && sch->ns_per_tok > 0) {
+int32_t rill__sched_step_cap(const rill_sched_t *sch, const model_t *m) {
+    int32_t cap = fit_tokens(sch, m, sch->prm.max_delay_ns);
+    if (sch->prm.max_delay_ns > 0 && m->ns_per_tok > 0) {
         cap = cap < sch->prm.min_chunk ? sch->prm.min_chunk : cap;
-        cap = cap > sch->prm.step_tokens ? sch->prm.step_tokens : cap;
+        cap = cap > m->step_tokens ? m->step_tokens : cap;
     }
     return cap;
 }
 
 /* Sessions' own queued data of class cls (PREFILL: a request waits for it; INGEST: the rest and
- * the templates' prompts), round robin from the rotating start. */
-static void add_session_data(rill_sched_t *sch, builder_t *b, rill_sched_class_t cls) {
-    int32_t n = sch->n_sessions, k = 0;
-    uint64_t start = n > 0 ? sch->rr % (uint64_t)n : 0;
+ * the templates' prompts), round robin over m's sessions from the rotating start. */
+static void add_session_data(rill_sched_t *sch, model_t *m, builder_t *b, rill_sched_class_t cls) {
+    uint64_t start = m->n_sessions > 0 ? m->rr % (uint64_t)m->n_sessions : 0;
     for (int pass = 0; pass < 2; pass++) {
-        k = 0;
-        for (sess_t *x = sch->sessions; x != NULL; x = x->next, k++) {
-            if ((pass == 0) != ((uint64_t)k >= start)) {
+        uint64_t k = 0;
+        for (sess_t *x = sch->sessions; x != NULL; x = x->next) {
+            if (x->m != m) {
+                continue;
+            }
+            bool first_part = k++ >= start;
+            if ((pass == 0) != first_part) {
                 continue;
             }
             bool boosted = x->n_waiting > 0;
             if (rill_session_pending(x->s) > 0 && (cls == RILL_SCHED_PREFILL) == boosted &&
-                room_for(sch, b, false)) {
-                add_item(sch, b, x->s, NULL, x, cls, false);
+                room_for(m, b, false)) {
+                add_item(m, b, x->s, NULL, x, cls, false);
             }
         }
     }
     if (cls == RILL_SCHED_INGEST) {
         for (tmpl_t *t = sch->templates; t != NULL; t = t->next) {
-            if (rill_session_pending(t->s) > 0 && room_for(sch, b, false)) {
-                add_item(sch, b, t->s, NULL, NULL, RILL_SCHED_INGEST, false);
+            if (t->m == m && rill_session_pending(t->s) > 0 && room_for(m, b, false)) {
+                add_item(m, b, t->s, NULL, NULL, RILL_SCHED_INGEST, false);
             }
         }
     }
 }
 
-/* Idle capacity: starts refreshes of stale standing queries. */
-static void start_refreshes(rill_sched_t *sch) {
+/* Idle capacity: starts refreshes of m's stale standing queries. */
+static void start_refreshes(rill_sched_t *sch, const model_t *m) {
     for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-        if (r->kind == REQ_STANDING && r->phase == PH_IDLE && r->stale &&
+        if (r->sess->m == m && r->kind == REQ_STANDING && r->phase == PH_IDLE && r->stale &&
             sch->st.steps >= r->retry_step && rill_session_pending(r->sess->s) == 0) {
             r->stale = false;
             r->target = rill__sched_acknowledged(r->sess);
@@ -148,50 +157,72 @@ static void start_refreshes(rill_sched_t *sch) {
     }
 }
 
-/* Builds the step in class order; returns the number of items. */
-static int32_t build_step(rill_sched_t *sch) {
-    builder_t b = { .cap = rill__sched_step_cap(sch) };
+/* Builds m's batch in class order (m->n_items items). */
+static void build_batch(rill_sched_t *sch, model_t *m) {
+    builder_t b = { .cap = rill__sched_step_cap(sch, m) };
+    m->n_items = 0;
+    m->questions = false;
+    m->top = RILL_SCHED_N_CLASSES;
     /* waiting requests whose session has no queued data move onto forks */
     for (req_t *r = sch->reqs, *nx; r != NULL; r = nx) {
         nx = r->next;
-        if (r->phase == PH_WAIT && rill__sched_data_ready(r)) {
+        if (r->sess->m == m && r->phase == PH_WAIT && rill__sched_data_ready(r)) {
             rill__sched_start_fork(sch, r);
         }
     }
     for (int cls = RILL_SCHED_DECODE; cls < RILL_SCHED_N_CLASSES; cls++) {
-        if (cls >= RILL_SCHED_STANDING && b.questions) {
+        if (cls >= RILL_SCHED_STANDING && m->questions) {
             break; /* refreshes and speculation would lengthen a step questions are in */
         }
-        if (cls == RILL_SCHED_INGEST && b.questions) {
+        if (cls == RILL_SCHED_INGEST && m->questions) {
             /* answers wait for this step: ingest fills it only as far as the delay bound
              * reaches, without min_chunk's floor (which exists so that ingest progresses in
              * steps of its own) */
-            int32_t fill = delay_tokens(sch);
+            int32_t fill = fit_tokens(sch, m, sch->prm.max_delay_ns);
             b.cap = fill < b.cap ? (fill > b.tokens ? fill : b.tokens) : b.cap;
         }
         if (cls == RILL_SCHED_PREFILL || cls == RILL_SCHED_INGEST) {
-            add_session_data(sch, &b, (rill_sched_class_t)cls);
+            add_session_data(sch, m, &b, (rill_sched_class_t)cls);
         }
-        if (cls == RILL_SCHED_STANDING && room_for(sch, &b, true)) {
-            start_refreshes(sch);
+        if (cls == RILL_SCHED_STANDING && room_for(m, &b, true)) {
+            start_refreshes(sch, m);
         }
         for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-            if (req_runs(r) && (int)rill__sched_req_class(r) == cls && room_for(sch, &b, true)) {
-                add_item(sch, &b, r->fork, r, r->sess, (rill_sched_class_t)cls, true);
+            if (r->sess->m == m && req_runs(r) && (int)rill__sched_req_class(r) == cls &&
+                room_for(m, &b, true)) {
+                add_item(m, &b, r->fork, r, r->sess, (rill_sched_class_t)cls, true);
             }
         }
     }
-    sch->rr++;
-    sch->step_questions = b.questions;
-    return b.n_items;
+    m->rr++;
 }
 
-/* At exhaustion: frees the fork of the lowest-class request. False when none is left. */
-static bool reclaim(rill_sched_t *sch) {
+/* Cuts m's batch (built without question work) to at most max_tokens tokens, dropping its
+ * lowest-class tail: items are in class order. A cut item keeps its tokens queued. */
+static void trim(model_t *m, int32_t max_tokens) {
+    int32_t T = 0, i = 0;
+    for (; i < m->n_items && T < max_tokens; i++) {
+        int32_t left = max_tokens - T;
+        if (m->items[i].n > left) {
+            m->items[i].n = left;
+            m->items[i].logits = false; /* its last token runs in a later step */
+        }
+        T += m->items[i].n;
+    }
+    m->n_items = i;
+    m->top = RILL_SCHED_N_CLASSES;
+    for (int32_t j = 0; j < m->n_items; j++) {
+        m->top = m->item_class[j] < m->top ? m->item_class[j] : m->top;
+    }
+}
+
+/* At exhaustion of m's pool: frees the fork of its lowest-class request. False when none is
+ * left. */
+static bool reclaim(rill_sched_t *sch, const model_t *m) {
     req_t *victim = NULL;
     int best = -1;
     for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-        if (r->fork == NULL) {
+        if (r->fork == NULL || r->sess->m != m) {
             continue;
         }
         int rank = r->kind == REQ_SPEC && !r->committed ? 3 : r->kind == REQ_STANDING ? 2 : 1;
@@ -210,7 +241,7 @@ static bool reclaim(rill_sched_t *sch) {
     } else {
         char msg[200];
         snprintf(msg, sizeof msg, "KV budget exhausted (%d free of %d pages): fork reclaimed",
-                 rill_session_pool_n_free(sch->pool), sch->n_pages);
+                 rill_session_pool_n_free(m->pool), m->n_pages);
         rill__sched_finish(sch, victim,
                            victim->kind == REQ_SPEC && !victim->committed ? RILL_ECANCELED
                                                                           : RILL_EFULL,
@@ -239,11 +270,11 @@ static void own_data_step(rill_sched_t *sch, const sess_t *x, int64_t ns) {
     }
 }
 
-/* Opens the preemption window for a step of lower work alone: a question submitted while it
+/* Opens the preemption window for a pass of lower work alone: a question submitted while it
  * runs stops it (post()); one already queued stops it before its first layer. */
-static void arm_preemption(rill_sched_t *sch) {
+static void arm_preemption(rill_sched_t *sch, bool questions) {
     pthread_mutex_lock(&sch->mu);
-    sch->preemptible = !sch->step_questions;
+    sch->preemptible = !questions;
     atomic_store(&sch->preempt, 0);
     for (cmd_t *c = sch->head; c != NULL && sch->preemptible; c = c->next) {
         if (rill__sched_is_question(c)) {
@@ -253,7 +284,7 @@ static void arm_preemption(rill_sched_t *sch) {
     pthread_mutex_unlock(&sch->mu);
 }
 
-/* Closes it; true when the step was told to stop. */
+/* Closes it; true when the pass was told to stop. */
 static bool disarm_preemption(rill_sched_t *sch) {
     pthread_mutex_lock(&sch->mu);
     sch->preemptible = false;
@@ -262,38 +293,41 @@ static bool disarm_preemption(rill_sched_t *sch) {
     return preempted;
 }
 
-/* The accounting of an evaluated step of n items, T tokens, [t0, t1). */
-static void account(rill_sched_t *sch, int32_t n, int32_t T, int64_t t0, int64_t t1) {
-    for (int32_t i = 0; i < n; i++) {
-        sch->st.tokens[sch->item_class[i]] += sch->items[i].n;
-        if (sch->step_questions && sch->item_class[i] >= RILL_SCHED_INGEST) {
-            sch->st.question_step_filler += sch->items[i].n;
+/* The accounting of an evaluated pass of m's batch, T tokens, [t0, t1); questions: the step
+ * carries question work (in this pass or an earlier one). */
+static void account(rill_sched_t *sch, model_t *m, bool questions, int32_t T, int64_t t0,
+                    int64_t t1) {
+    for (int32_t i = 0; i < m->n_items; i++) {
+        sch->st.tokens[m->item_class[i]] += m->items[i].n;
+        m->tokens[m->item_class[i]] += m->items[i].n;
+        if (questions && m->item_class[i] >= RILL_SCHED_INGEST) {
+            sch->st.question_step_filler += m->items[i].n;
         }
-        req_t *r = sch->item_req[i];
+        req_t *r = m->item_req[i];
         if (r == NULL) {
-            if (sch->item_class[i] == RILL_SCHED_PREFILL) {
-                own_data_step(sch, sch->item_sess[i], t1 - t0);
+            if (m->item_class[i] == RILL_SCHED_PREFILL) {
+                own_data_step(sch, m->item_sess[i], t1 - t0);
             }
             continue;
         }
         if (r->first_ns == 0) {
             r->ttft_compute_ns += t1 - t0;
         }
-        r->compute_ns += (t1 - t0) * sch->items[i].n / T;
+        r->compute_ns += (t1 - t0) * m->items[i].n / T;
         if (r->kind == REQ_SPEC && !r->committed) {
-            r->computed += sch->items[i].n;
-            sch->st.spec_tokens_computed += sch->items[i].n;
+            r->computed += m->items[i].n;
+            sch->st.spec_tokens_computed += m->items[i].n;
         }
     }
 }
 
-/* After the pass: adoptions of finished turns, and the next token of every request that got
+/* After m's pass: adoptions of finished turns, and the next token of every request that got
  * logits. */
-static void pick(rill_sched_t *sch, int32_t n, int64_t t1) {
-    const int32_t V = rill_session_pool_n_vocab(sch->pool);
-    for (int32_t i = 0; i < n; i++) {
-        req_t *r = sch->item_req[i];
-        if (r == NULL || !sch->items[i].logits || r->fork == NULL ||
+static void pick(rill_sched_t *sch, model_t *m, int64_t t1) {
+    const int32_t V = rill_session_pool_n_vocab(m->pool);
+    for (int32_t i = 0; i < m->n_items; i++) {
+        req_t *r = m->item_req[i];
+        if (r == NULL || !m->items[i].logits || r->fork == NULL ||
             (r->phase != PH_PREFILL && r->phase != PH_DECODE && r->phase != PH_LAST)) {
             continue; /* a standing refresh abandoned by an adoption earlier in this loop */
         }
@@ -314,66 +348,130 @@ static void pick(rill_sched_t *sch, int32_t n, int64_t t1) {
     }
 }
 
-bool rill__sched_step(rill_sched_t *sch) {
+typedef enum pass_outcome {
+    PASS_RAN,       /* evaluated (or failed in the forward pass: its requests were told) */
+    PASS_PREEMPTED, /* stopped for a question: end the step now */
+    PASS_STUCK      /* the pool is exhausted and nothing is left to reclaim */
+} pass_outcome_t;
+
+/* Runs m's batch (rebuilt after a reclaim); *ns receives the time it took. questions: an earlier
+ * pass of this step carried question work. */
+static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, int64_t *ns) {
+    *ns = 0;
     for (;;) {
-        int32_t n = build_step(sch);
-        if (n == 0) {
-            /* nothing else to do: refreshes backed off after a reclaim may run now */
-            bool retry = false;
-            for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-                if (r->kind == REQ_STANDING && r->stale && r->retry_step > sch->st.steps) {
-                    r->retry_step = 0;
-                    retry = true;
-                }
-            }
-            n = retry ? build_step(sch) : 0;
-            if (n == 0) {
-                return false;
-            }
+        if (m->n_items == 0) {
+            return PASS_RAN;
         }
-        arm_preemption(sch);
+        arm_preemption(sch, m->questions);
         int64_t t0 = rill__sched_now();
-        rill_err_t err = rill_session_step(sch->pool, sch->items, n);
+        rill_err_t err = rill_session_step(m->pool, m->items, m->n_items);
         int64_t t1 = rill__sched_now();
         bool preempted = disarm_preemption(sch);
+        *ns += t1 - t0;
+        sch->st.busy_ns += t1 - t0;
+        m->busy_ns += t1 - t0;
         if (err == RILL_ECANCELED && preempted) {
             /* nothing changed but pages trimmed and logits invalidated: the tokens stay
              * queued (rill_session_step's forward-error contract) and run again later */
             sch->st.preempted++;
-            sch->st.busy_ns += t1 - t0;
-            return true;
+            return PASS_PREEMPTED;
         }
         if (err == RILL_EFULL) {
-            if (reclaim(sch)) {
+            if (reclaim(sch, m)) {
+                build_batch(sch, m);
                 continue;
             }
-            RILL_LOGE("scheduler: %s with no fork left to reclaim",
-                      rill_session_pool_last_error(sch->pool));
-            return false;
+            RILL_LOGE("scheduler: model %s: %s with no fork left to reclaim", m->name,
+                      rill_session_pool_last_error(m->pool));
+            return PASS_STUCK;
         }
-        sch->st.busy_ns += t1 - t0;
         sch->st.steps++;
+        m->steps++;
         int32_t T = 0;
-        for (int32_t i = 0; i < n; i++) {
-            T += sch->items[i].n;
+        for (int32_t i = 0; i < m->n_items; i++) {
+            T += m->items[i].n;
         }
         if (err != RILL_OK) {
             /* forward errors: fail the requests of the step, keep sessions' data queued */
-            RILL_LOGE("scheduler: step failed: %s", rill_session_pool_last_error(sch->pool));
-            for (int32_t i = 0; i < n; i++) {
-                req_t *r = sch->item_req[i];
+            const char *why = rill_session_pool_last_error(m->pool);
+            RILL_LOGE("scheduler: model %s: step failed: %s", m->name, why);
+            for (int32_t i = 0; i < m->n_items; i++) {
+                req_t *r = m->item_req[i];
                 if (r != NULL && r->kind != REQ_STANDING) {
-                    rill__sched_finish(sch, r, err, rill_session_pool_last_error(sch->pool), false);
+                    rill__sched_finish(sch, r, err, why, false);
                 } else if (r != NULL) {
                     rill__sched_abandon(sch, r);
                 }
             }
-            return true;
+            return PASS_RAN;
         }
-        learn(sch, T, t1 - t0);
-        account(sch, n, T, t0, t1);
-        pick(sch, n, t1);
+        learn(m, T, t1 - t0);
+        account(sch, m, questions || m->questions, T, t0, t1);
+        pick(sch, m, t1);
         rill__sched_templates_ready(sch);
-        return true;
+        return PASS_RAN;
     }
+}
+
+/* Builds every model's batch; the models with work, in the order they run, go to sch->order.
+ * Returns how many. */
+static int32_t plan(rill_sched_t *sch) {
+    int32_t n = 0;
+    for (int32_t k = 0; k < sch->n_models; k++) {
+        model_t *m = &sch->models[(sch->rr + (uint64_t)k) % (uint64_t)sch->n_models];
+        build_batch(sch, m);
+        if (m->n_items == 0) {
+            continue;
+        }
+        /* insertion by (question work first, then the highest class); rotation breaks ties */
+        int32_t i = n++;
+        while (i > 0 && (sch->order[i - 1]->questions < m->questions ||
+                         (sch->order[i - 1]->questions == m->questions &&
+                          sch->order[i - 1]->top > m->top))) {
+            sch->order[i] = sch->order[i - 1];
+            i--;
+        }
+        sch->order[i] = m;
+    }
+    sch->rr++;
+    return n;
+}
+
+bool rill__sched_step(rill_sched_t *sch) {
+    int32_t n = plan(sch);
+    if (n == 0) {
+        /* nothing else to do: refreshes backed off after a reclaim may run now */
+        bool retry = false;
+        for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+            if (r->kind == REQ_STANDING && r->stale && r->retry_step > sch->st.steps) {
+                r->retry_step = 0;
+                retry = true;
+            }
+        }
+        n = retry ? plan(sch) : 0;
+        if (n == 0) {
+            return false;
+        }
+    }
+    if (sch->prm.model_steps == RILL_SCHED_TOP_MODEL) {
+        n = 1;
+    }
+    bool ran = false, questions = false;
+    int64_t spent = 0;
+    for (int32_t k = 0; k < n; k++) {
+        model_t *m = sch->order[k];
+        if (questions && !m->questions) {
+            /* the delay bound is the step's: lower work fills what is left of it */
+            trim(m, fit_tokens(sch, m, sch->prm.max_delay_ns - spent));
+        }
+        int64_t ns = 0;
+        pass_outcome_t o = run_pass(sch, m, questions, &ns);
+        spent += ns;
+        questions |= m->questions;
+        ran |= o != PASS_STUCK;
+        if (o == PASS_PREEMPTED) {
+            break;
+        }
+    }
+    return ran;
 }

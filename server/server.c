@@ -312,7 +312,7 @@ static void restore_all(srv_t *s) {
             state_path(s, x->name, ".log.base", snap, sizeof snap);
         }
         char msg[300] = "";
-        rill_err_t err = rill_sched_session_restore(s->sch, access(snap, F_OK) == 0 ? snap : NULL,
+        rill_err_t err = rill_sched_session_restore(s->sch, 0, access(snap, F_OK) == 0 ? snap : NULL,
                                                     access(logp, F_OK) == 0 ? logp : NULL,
                                                     s->p.fsync, &x->sid, msg, sizeof msg);
         if (err != RILL_OK) {

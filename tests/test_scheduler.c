@@ -24,8 +24,9 @@
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 
-#define QWEN "rill-tiny-qwen2-F32.gguf"
-#define SEC  1000000000LL
+#define QWEN  "rill-tiny-qwen2-F32.gguf"
+#define LLAMA "rill-tiny-llama-F32.gguf"
+#define SEC   1000000000LL
 
 static char g_src[1024];
 
@@ -40,10 +41,12 @@ typedef struct rig {
     int32_t V;
 } rig_t;
 
-static void rig_open_ex(rig_t *g, int64_t cells, const rill_sched_params_t *sp) {
+/* A rig on the tiny model `file`; with_sched false leaves g->sch NULL (for several models). */
+static void rig_open_file(rig_t *g, const char *file, int64_t cells, const rill_sched_params_t *sp,
+                          bool with_sched) {
     memset(g, 0, sizeof *g);
     char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
+    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, file);
     ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
                      RILL_OK);
     ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
@@ -64,8 +67,14 @@ static void rig_open_ex(rig_t *g, int64_t cells, const rill_sched_params_t *sp) 
     ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
     pp.n_cells = 8192;
     ck_assert_int_eq(rill_session_pool_new(g->rfw, &pp, &g->rpool), RILL_OK);
-    ck_assert_int_eq(rill_sched_new(g->pool, sp, &g->sch), RILL_OK);
+    if (with_sched) {
+        ck_assert_int_eq(rill_sched_new(g->pool, sp, &g->sch), RILL_OK);
+    }
     g->V = rill_model_hparams(g->model)->n_vocab;
+}
+
+static void rig_open_ex(rig_t *g, int64_t cells, const rill_sched_params_t *sp) {
+    rig_open_file(g, QWEN, cells, sp, true);
 }
 
 static void rig_open(rig_t *g) {
@@ -1120,8 +1129,8 @@ START_TEST(snapshot_and_restore_through_the_engine) {
     /* the engine stops with 50 tokens perhaps still queued: they are in the log */
     rill_sched_destroy(&g.sch);
     ck_assert_int_eq(rill_sched_new(g.pool, NULL, &g.sch), RILL_OK);
-    ck_assert_int_eq(rill_sched_session_restore(g.sch, snap, logp, RILL_SESSION_FSYNC_NEVER, &sid,
-                                                msg, sizeof msg),
+    ck_assert_int_eq(rill_sched_session_restore(g.sch, 0, snap, logp, RILL_SESSION_FSYNC_NEVER,
+                                                &sid, msg, sizeof msg),
                      RILL_OK);
     int32_t got[200];
     ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 200), 120);
@@ -1130,6 +1139,228 @@ START_TEST(snapshot_and_restore_through_the_engine) {
     unlink(logp);
     unlink(snap);
     rmdir(dir);
+}
+END_TEST
+
+/* ---- several models ------------------------------------------------------------------------ */
+
+static rill_sched_sid_t new_session_on(rill_sched_t *sch, int32_t model, int32_t sinks,
+                                       int32_t window) {
+    rill_sched_session_params_t sp = rill_sched_session_default_params();
+    sp.model = model;
+    sp.session.n_sink = sinks;
+    sp.session.window = window;
+    rill_sched_sid_t sid = 0;
+    char msg[300];
+    rill_err_t err = rill_sched_session_create(sch, &sp, &sid, msg, sizeof msg);
+    ck_assert_msg(err == RILL_OK, "create on %d: %s %s", model, rill_err_name(err), msg);
+    return sid;
+}
+
+/* Two models in one scheduler: sessions live on the model they were created on (answers equal
+ * each model's direct query), counters are per model, a bad model index is refused, and a
+ * snapshot restores only into its own model. */
+START_TEST(models_keep_their_own_sessions) {
+    rig_t a, b;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    rig_open_file(&a, QWEN, 8192, &sp, false);
+    rig_open_file(&b, LLAMA, 8192, &sp, false);
+    rill_sched_model_t ms[2] = { { .name = "asr", .pool = a.pool },
+                                 { .name = "llm", .pool = b.pool } };
+    rill_sched_t *sch = NULL;
+    ck_assert_int_eq(rill_sched_new_models(ms, 2, &sp, &sch), RILL_OK);
+    ck_assert_int_eq(rill_sched_n_models(sch), 2);
+    ck_assert_str_eq(rill_sched_model_name(sch, 1), "llm");
+    ck_assert_ptr_null(rill_sched_model_name(sch, 2));
+    ck_assert_int_eq(rill_sched_find_model(sch, "asr"), 0);
+    ck_assert_int_eq(rill_sched_find_model(sch, "llm"), 1);
+    ck_assert_int_eq(rill_sched_find_model(sch, "tts"), RILL_ENOTFOUND);
+    int V = a.V < b.V ? a.V : b.V;
+    int32_t da[90], db[70], q[8], want[5];
+    random_tokens(da, 90, V);
+    random_tokens(db, 70, V);
+    random_tokens(q, 8, V);
+    rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 0, 0);
+    ck_assert_int_eq(rill_sched_ingest(sch, sa, da, 90), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(sch, sb, db, 70), RILL_OK);
+    ck_assert_int_eq(rill_sched_wait_idle(sch, 60 * SEC), RILL_OK); /* data at INGEST class */
+    outcome_t oa, ob;
+    outcome_init(&oa);
+    outcome_init(&ob);
+    rill_sched_ask_t qa = ask_of(q, 8, 5, &oa), qb = ask_of(q, 8, 5, &ob);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(sch, sa, &qa, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(sch, sb, &qb, &rid), RILL_OK);
+    wait_done(&oa, 1);
+    wait_done(&ob, 1);
+    ck_assert_int_eq(oa.a.status, RILL_OK);
+    ck_assert_int_eq(ob.a.status, RILL_OK);
+    ck_assert_int_eq(direct_answer(&a, da, 90, q, 8, 5, want), 5);
+    ck_assert_mem_eq(oa.tokens, want, 5 * sizeof(int32_t));
+    ck_assert_int_eq(direct_answer(&b, db, 70, q, 8, 5, want), 5);
+    ck_assert_mem_eq(ob.tokens, want, 5 * sizeof(int32_t));
+    ck_assert_int_eq(rill_sched_wait_idle(sch, 60 * SEC), RILL_OK);
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(sch, sb, &info), RILL_OK);
+    ck_assert_int_eq(info.model, 1);
+    ck_assert_int_eq(info.st.n_resident, 70);
+    rill_sched_model_info_t mi[2];
+    for (int i = 0; i < 2; i++) {
+        ck_assert_int_eq(rill_sched_model_info(sch, i, &mi[i]), RILL_OK);
+        ck_assert_int_eq(mi[i].n_sessions, 1);
+        ck_assert_int_eq(mi[i].tokens[RILL_SCHED_PREFILL], 8);
+        ck_assert_int_eq(mi[i].tokens[RILL_SCHED_DECODE], 4);
+        ck_assert_int_gt(mi[i].steps, 0);
+    }
+    ck_assert_str_eq(mi[0].name, "asr");
+    ck_assert_int_eq(mi[0].tokens[RILL_SCHED_INGEST], 90);
+    ck_assert_int_eq(mi[1].tokens[RILL_SCHED_INGEST], 70);
+    ck_assert_int_eq(rill_sched_model_info(sch, 2, &mi[0]), RILL_EINVAL);
+    rill_sched_stats_t st;
+    rill_sched_stats(sch, &st);
+    ck_assert_int_eq(st.steps, mi[0].steps + mi[1].steps);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 160);
+    ck_assert_int_eq(st.total_pages, mi[0].total_pages + mi[1].total_pages);
+    /* a model that does not exist */
+    rill_sched_session_params_t p = rill_sched_session_default_params();
+    char msg[300] = "";
+    rill_sched_sid_t none = 0;
+    p.model = 2;
+    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none, msg, sizeof msg), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(msg, "no model 2"));
+    p.model = -1;
+    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none, msg, sizeof msg), RILL_EINVAL);
+    /* a snapshot of model 0 is refused by model 1's pool and restores into model 0 */
+    char dir[] = "/tmp/rill-sched-XXXXXX", snap[300];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(snap, sizeof snap, "%s/a.snap", dir);
+    ck_assert_int_eq(rill_sched_session_snapshot(sch, sa, snap, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_restore(sch, 1, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
+                                                msg, sizeof msg),
+                     RILL_EUNSUPPORTED);
+    ck_assert_int_eq(rill_sched_session_restore(sch, 7, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
+                                                msg, sizeof msg),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_session_restore(sch, 0, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
+                                                msg, sizeof msg),
+                     RILL_OK);
+    int32_t got[100];
+    ck_assert_int_eq(rill_sched_session_tokens(sch, none, got, 100), 90);
+    ck_assert_mem_eq(got, da, sizeof da);
+    ck_assert_int_eq(rill_sched_session_info(sch, none, &info), RILL_OK);
+    ck_assert_int_eq(info.model, 0);
+    rill_sched_destroy(&sch);
+    unlink(snap);
+    rmdir(dir);
+    outcome_deinit(&oa);
+    outcome_deinit(&ob);
+    rig_close(&a);
+    rig_close(&b);
+}
+END_TEST
+
+/* One delay bound for the whole step: while a question runs on model 0, model 1's ingest takes
+ * exactly one full pass per question step when the bound allows it (RILL_SCHED_EVERY_MODEL),
+ * none with a bound below one token's time, and none with RILL_SCHED_TOP_MODEL; nothing is lost
+ * in any case. */
+START_TEST(models_share_the_delay_bound) {
+    const struct {
+        int64_t bound;
+        rill_sched_model_steps_t policy;
+        int64_t filler;
+    } cases[] = { { 10 * SEC, RILL_SCHED_EVERY_MODEL, 4 * 16 },
+                  { 1000, RILL_SCHED_EVERY_MODEL, 0 },
+                  { 10 * SEC, RILL_SCHED_TOP_MODEL, 0 } };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        rig_t a, b;
+        rill_sched_params_t sp = rill_sched_default_params();
+        sp.step_tokens = 16;
+        sp.min_chunk = 16;
+        sp.max_delay_ns = cases[k].bound;
+        sp.model_steps = cases[k].policy;
+        rig_open_file(&a, QWEN, 8192, &sp, false);
+        rig_open_file(&b, LLAMA, 8192, &sp, false);
+        rill_sched_model_t ms[2] = { { .name = "a", .pool = a.pool },
+                                     { .name = "b", .pool = b.pool } };
+        rill_sched_t *sch = NULL;
+        ck_assert_int_eq(rill_sched_new_models(ms, 2, &sp, &sch), RILL_OK);
+        int V = a.V < b.V ? a.V : b.V;
+        int32_t data[1500], q[6];
+        random_tokens(data, 1500, V);
+        random_tokens(q, 6, V);
+        rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 16, 224);
+        /* both time models learn from a few steps first */
+        ck_assert_int_eq(rill_sched_ingest(sch, sa, data, 40), RILL_OK);
+        ck_assert_int_eq(rill_sched_ingest(sch, sb, data, 40), RILL_OK);
+        ck_assert_int_eq(rill_sched_wait_idle(sch, 60 * SEC), RILL_OK);
+        rill_sched_stats_t st;
+        rill_sched_stats(sch, &st);
+        ck_assert_int_eq(st.question_step_filler, 0);
+        ck_assert_int_eq(rill_sched_ingest_async(sch, sb, data, 1500, NULL, NULL), RILL_OK);
+        outcome_t o;
+        outcome_init(&o);
+        rill_sched_ask_t q4 = ask_of(q, 6, 4, &o);
+        rill_sched_rid_t rid;
+        ck_assert_int_eq(rill_sched_ask(sch, sa, &q4, &rid), RILL_OK);
+        wait_done(&o, 1);
+        ck_assert_int_eq(o.a.status, RILL_OK);
+        ck_assert_int_eq(o.a.n_context, 40);
+        ck_assert_int_eq(rill_sched_wait_idle(sch, 60 * SEC), RILL_OK);
+        rill_sched_stats(sch, &st);
+        ck_assert_msg(st.question_step_filler == cases[k].filler,
+                      "case %zu: %lld filler tokens, expected %lld", k,
+                      (long long)st.question_step_filler, (long long)cases[k].filler);
+        rill_sched_model_info_t mi;
+        ck_assert_int_eq(rill_sched_model_info(sch, 1, &mi), RILL_OK);
+        ck_assert_int_eq(mi.tokens[RILL_SCHED_INGEST], 40 + 1500); /* nothing lost */
+        ck_assert_int_eq(rill_sched_model_info(sch, 0, &mi), RILL_OK);
+        ck_assert_int_eq(mi.tokens[RILL_SCHED_PREFILL], 6);
+        ck_assert_int_eq(mi.tokens[RILL_SCHED_DECODE], 3);
+        outcome_deinit(&o);
+        rill_sched_destroy(&sch);
+        rig_close(&a);
+        rig_close(&b);
+    }
+}
+END_TEST
+
+/* rill_sched_new_models refuses bad model lists and parameters that do not fit every pool. */
+START_TEST(model_lists_are_checked) {
+    rig_t a, b;
+    rig_open_file(&a, QWEN, 8192, NULL, false);
+    rig_open_file(&b, LLAMA, 1024, NULL, false);
+    rill_sched_t *sch = NULL;
+    char long_name[RILL_SCHED_MODEL_NAME + 1];
+    memset(long_name, 'x', sizeof long_name - 1);
+    long_name[sizeof long_name - 1] = '\0';
+    rill_sched_model_t ok[2] = { { "a", a.pool }, { "b", b.pool } };
+    rill_sched_model_t dup_name[2] = { { "a", a.pool }, { "a", b.pool } };
+    rill_sched_model_t dup_pool[2] = { { "a", a.pool }, { "b", a.pool } };
+    rill_sched_model_t no_name[1] = { { "", a.pool } }, too_long[1] = { { long_name, a.pool } };
+    rill_sched_model_t null_name[1] = { { NULL, a.pool } }, null_pool[1] = { { "a", NULL } };
+    ck_assert_int_eq(rill_sched_new_models(ok, 0, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(NULL, 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(ok, RILL_SCHED_MAX_MODELS + 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(dup_name, 2, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(dup_pool, 2, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(no_name, 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(too_long, 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(null_name, 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_new_models(null_pool, 1, NULL, &sch), RILL_EINVAL);
+    ck_assert_ptr_null(sch);
+    /* an overflow that the smaller pool cannot hold back */
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.overflow_pages = rill_session_pool_n_pages(b.pool);
+    ck_assert_int_eq(rill_sched_new_models(ok, 2, &sp, &sch), RILL_EINVAL);
+    sp = rill_sched_default_params();
+    sp.model_steps = (rill_sched_model_steps_t)7;
+    ck_assert_int_eq(rill_sched_new_models(ok, 2, &sp, &sch), RILL_EINVAL);
+    ck_assert_ptr_null(sch);
+    ck_assert_int_eq(rill_sched_new_models(ok, 2, NULL, &sch), RILL_OK);
+    rill_sched_destroy(&sch);
+    rig_close(&a);
+    rig_close(&b);
 }
 END_TEST
 
@@ -1343,6 +1574,9 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, shared_prompt_computed_once);
         tcase_add_test(tc, snapshot_and_restore_through_the_engine);
         tcase_add_test(tc, arguments_are_checked);
+        tcase_add_test(tc, models_keep_their_own_sessions);
+        tcase_add_test(tc, models_share_the_delay_bound);
+        tcase_add_test(tc, model_lists_are_checked);
     }
     tcase_add_test(tc, stress_sixteen_sessions_isolated);
     suite_add_tcase(su, tc);
