@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "rill_compat.h"
 #include "rill_err.h"
 
 #ifdef __cplusplus
@@ -62,7 +63,7 @@ uint64_t rill_now_ns(void);
 
 /* Reports a broken invariant (logs at ERROR, then abort()s). For corrupted internal state only,
  * never for bad input from files, the network or users (STYLE.md rule 14). */
-_Noreturn void rill__assert_fail(const char *expr, const char *file, int line);
+RILL_NORETURN void rill__assert_fail(const char *expr, const char *file, int line);
 
 /* Always on, also in release builds. */
 #define RILL_ASSERT(expr)                                 \

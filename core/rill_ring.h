@@ -16,11 +16,11 @@
 #ifndef RILL_RING_H
 #define RILL_RING_H
 
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "rill_alloc.h"
+#include "rill_compat.h"
 #include "rill_err.h"
 
 #ifdef __cplusplus
@@ -29,13 +29,13 @@ extern "C" {
 
 typedef struct rill_ring {
     /* Producer's line. */
-    _Alignas(64) _Atomic uint64_t tail; /* next slot to write; only the producer stores */
-    uint64_t head_cache;                /* producer's last view of head */
+    RILL_ALIGNAS(64) RILL_ATOMIC(uint64_t) tail; /* next slot to write; only the producer stores */
+    uint64_t head_cache;                         /* producer's last view of head */
     /* Consumer's line. */
-    _Alignas(64) _Atomic uint64_t head; /* next slot to read; only the consumer stores */
-    uint64_t tail_cache;                /* consumer's last view of tail */
+    RILL_ALIGNAS(64) RILL_ATOMIC(uint64_t) head; /* next slot to read; only the consumer stores */
+    uint64_t tail_cache;                         /* consumer's last view of tail */
     /* Read-only after init. */
-    _Alignas(64) unsigned char *buf;
+    RILL_ALIGNAS(64) unsigned char *buf;
     size_t item_size;
     uint64_t mask; /* capacity - 1 */
 } rill_ring_t;

@@ -26,11 +26,11 @@
 #ifndef RILL_FORWARD_H
 #define RILL_FORWARD_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "rill_backend.h"
+#include "rill_compat.h"
 #include "rill_err.h"
 #include "rill_model.h"
 
@@ -99,7 +99,7 @@ rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
  * and, when it is non-zero, returns RILL_ECANCELED there, the KV cache as after any error
  * (partial writes at the batch's slots only). flag NULL (the default): never. fw keeps the
  * pointer; the caller resets the flag. Used by the scheduler to preempt background steps. */
-void rill_forward_set_cancel(rill_forward_t *fw, const atomic_int *flag);
+void rill_forward_set_cancel(rill_forward_t *fw, const RILL_ATOMIC(int) * flag);
 
 /* Convenience for one sequence whose slot of position p is p (no re-basing): evaluates
  * tokens[0, n) at positions [pos0, pos0 + n) through the page table pt (host; it must cover slot
