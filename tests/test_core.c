@@ -233,6 +233,62 @@ START_TEST(hist_quantiles_within_precision) {
 }
 END_TEST
 
+START_TEST(hist_rank_exact_ends_and_small_values) {
+    rill_hist_t *h = malloc(sizeof *h);
+    rill_hist_init(h);
+    ck_assert_uint_eq(rill_hist_rank(h, 1), 0);
+    /* 1000..1002 share the bucket [992, 1007] (width 2^(9-5) in the octave [512, 1024)). */
+    uint64_t v[] = { 1001, 70000, 5, 1000, 1002 };
+    for (int i = 0; i < 5; i++) {
+        rill_hist_record(h, v[i]);
+    }
+    uint64_t lo, hi;
+    rill_hist_bucket_range(rill_hist_bucket_of(1000), &lo, &hi);
+    ck_assert_uint_eq(lo, 992);
+    ck_assert_uint_eq(hi, 1007);
+    ck_assert_uint_eq(rill_hist_rank(h, 0), 5); /* 0 reads as 1: the exact min */
+    ck_assert_uint_eq(rill_hist_rank(h, 1), 5);
+    for (uint64_t r = 2; r <= 4; r++) {
+        ck_assert_uint_eq(rill_hist_rank(h, r), 1007); /* the bucket's upper edge */
+    }
+    ck_assert_uint_eq(rill_hist_rank(h, 5), 70000); /* the exact max */
+    ck_assert_uint_eq(rill_hist_rank(h, 99), 70000);
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.5), 1007); /* rank ceil(2.5) = 3 */
+    /* The min is exact even where its bucket holds larger samples, and so is p(tiny). */
+    rill_hist_init(h);
+    rill_hist_record(h, 1000);
+    rill_hist_record(h, 1006);
+    ck_assert_uint_eq(rill_hist_rank(h, 1), 1000);
+    ck_assert_uint_eq(rill_hist_quantile(h, 1e-9), 1000);
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.5), 1000); /* rank 1 of 2 */
+    ck_assert_uint_eq(rill_hist_rank(h, 2), 1006);
+    /* Below 2^RILL_HIST_SUB_BITS every rank is its sample. */
+    rill_hist_init(h);
+    for (uint64_t x = 31; x >= 1; x--) {
+        rill_hist_record(h, x);
+    }
+    for (uint64_t r = 1; r <= 31; r++) {
+        ck_assert_uint_eq(rill_hist_rank(h, r), r);
+    }
+    /* A known distribution, 1 us .. 10 ms in steps of 1 us: rank r holds r us; every rank is
+     * reported at or above its sample and within 1/32 of it, and the quantiles are ranks. */
+    rill_hist_init(h);
+    for (uint64_t x = 1; x <= 10000; x++) {
+        rill_hist_record(h, x * 1000);
+    }
+    for (uint64_t r = 1; r <= 10000; r += 37) {
+        uint64_t got = rill_hist_rank(h, r), want = r * 1000;
+        ck_assert_uint_ge(got, want);
+        ck_assert((double)got <= (double)want * (1.0 + 1.0 / 32.0));
+    }
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.5), rill_hist_rank(h, 5000));
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.99), rill_hist_rank(h, 9900));
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.999), rill_hist_rank(h, 9990));
+    ck_assert_uint_eq(rill_hist_quantile(h, 0.99991), rill_hist_rank(h, 10000));
+    free(h);
+}
+END_TEST
+
 /* ---- random numbers ---- */
 
 START_TEST(rand_splitmix64_reference_values) {
@@ -468,6 +524,7 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, clock_is_monotonic);
     tcase_add_test(tc, hist_buckets_cover_values_exactly);
     tcase_add_test(tc, hist_quantiles_within_precision);
+    tcase_add_test(tc, hist_rank_exact_ends_and_small_values);
     tcase_add_test(tc, rand_splitmix64_reference_values);
     tcase_add_test(tc, rand_xoshiro256ss_reference_values);
     tcase_add_test(tc, rand_double_is_the_top_53_bits);
