@@ -17,6 +17,9 @@
 #include "rill_alloc.h"
 #include "rill_log.h"
 #include "rill_rand.h"
+#ifdef RILL_HAVE_BENCH_STREAM
+#include "rill_bench_stream.h"
+#endif
 
 /* Seconds to run the pp (n_tok in one go) or tg (n_tok single steps) workload once, on top of
  * the first `depth` positions of the cache (they stay; what a run wrote after them is
@@ -170,7 +173,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (argc >= 2 && strcmp(argv[1], "stream") == 0) {
 #ifdef RILL_HAVE_BENCH_STREAM
-        return cmd_bench_stream(argc - 1, argv + 1);
+        return rill_bench_stream_main(argc - 1, argv + 1); /* bench/stream/ */
 #else
         fprintf(stderr, "rill bench stream: not built (needs the scheduler and ingest modules)\n");
         return 1;
