@@ -42,13 +42,11 @@ typedef struct shape {
     int per_layer; /* 1: counted N_LAYER times; 0: once (output) */
 } shape_t;
 
-static uint64_t rng = 0x243F6A8885A308D3ull;
+static rill_rand_t rng; /* seeded at the start of main */
 
+/* A uniform value in [-1, 1) for random weights and activations. */
 static float rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) * 0x1p-53 * 2.0 - 1.0);
+    return (float)(rill_rand_double(&rng) * 2.0 - 1.0);
 }
 
 static int parse_list(const char *s, char items[][16], int max) {
@@ -188,6 +186,7 @@ static double time_attention(rill_backend_t *b, int32_t n_tok, int32_t n_ctx, do
 }
 
 int main(int argc, char **argv) {
+    rill_rand_seed(&rng, 0x243F6A8885A308D3ull);
     char types[16][16], threads_s[8][16], tokens_s[8][16];
     int n_types = parse_list("q4_0,q4_1,q8_0,q4_k,q5_k,q6_k,f16,bf16,f32", types, 16);
     int n_threads_list = parse_list("1,2", threads_s, 8);

@@ -26,6 +26,10 @@
  * Memory per resident token: K/V bytes per token (all layers) from the pool's page size, and the
  * session's host bytes (token ids, page table, logits) from rill_mem_stats(RILL_MEM_SESSIONS).
  *
+ * Every time is the median of its runs, taken from core's histogram of the runs in ns
+ * (rill_hist.h): within 1/32 above the exact median (the mean of the two middle runs for an
+ * even count); earlier figures in docs/benchmarks.md were exact medians of sorted samples.
+ *
  * Usage: bench_sessions [--model PATH] [--text PATH] [--contexts 256,512,...] [--threads T]
  *                       [--reps R] [--forks N] [--kv f16|f32] [--tmp DIR]
  * Paths default to the repository layout, run from its root. Prints tables, then one JSON line
@@ -67,14 +71,15 @@ typedef struct row {
     int64_t snap_bytes;
 } row_t;
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof *x, cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+/* Median of h's samples (nanoseconds) in units of `unit` (1e3: us, 1e6: ms): the middle rank,
+ * or the mean of the two middle ranks of an even count, each as core's histogram reports a rank
+ * (rill_hist_rank: within 1/32 above the sample, exact for the min and the max). */
+static double median(const rill_hist_t *h, double unit) {
+    uint64_t n = h->count;
+    double m =
+        n % 2 ? (double)rill_hist_rank(h, n / 2 + 1)
+              : 0.5 * ((double)rill_hist_rank(h, n / 2) + (double)rill_hist_rank(h, n / 2 + 1));
+    return m / unit;
 }
 
 static int check(rill_err_t err, const char *what) {
@@ -121,8 +126,10 @@ static bool on_first(void *user, int32_t token) {
     return false;
 }
 
-/* Time to the first token of rill_session_query(s, q, n_q), in ms; *tok gets the token. */
-static int query_ttft(rill_session_t *s, const int32_t *q, int32_t n_q, double *ms, int32_t *tok) {
+/* Records the time to the first token of rill_session_query(s, q, n_q) in h (ns); *tok gets
+ * the token. */
+static int query_ttft(rill_session_t *s, const int32_t *q, int32_t n_q, rill_hist_t *h,
+                      int32_t *tok) {
     first_t f = { 0, -1 };
     rill_session_gen_t g;
     memset(&g, 0, sizeof g);
@@ -136,7 +143,7 @@ static int query_ttft(rill_session_t *s, const int32_t *q, int32_t n_q, double *
                 rill_session_last_error(s));
         return 1;
     }
-    *ms = (double)(f.t - t0) * 1e-6;
+    rill_hist_record(h, f.t - t0);
     *tok = f.token;
     return 0;
 }
@@ -212,7 +219,10 @@ static int parse_args(int argc, char **argv, opts_t *o) {
 /* Measures one context size on session s (holding r->n tokens of ctx). */
 static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s,
                    const int32_t *ctx, const int32_t *q, int32_t *buf, row_t *r) {
-    static double t_fork[MAX_FORKS], t_destroy[MAX_FORKS];
+    /* One program thread: the histograms (16 KiB each) live in static storage. */
+    static rill_hist_t h_fork, h_destroy, h_ttft, h_stateless, h_restore, h_reprefill;
+    rill_hist_init(&h_fork);
+    rill_hist_init(&h_destroy);
     for (int i = 0; i < o->forks; i++) {
         rill_session_t *f = NULL;
         uint64_t t0 = rill_now_ns();
@@ -222,11 +232,11 @@ static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s
         uint64_t t1 = rill_now_ns();
         rill_session_destroy(&f);
         uint64_t t2 = rill_now_ns();
-        t_fork[i] = (double)(t1 - t0) * 1e-3;
-        t_destroy[i] = (double)(t2 - t1) * 1e-3;
+        rill_hist_record(&h_fork, t1 - t0);
+        rill_hist_record(&h_destroy, t2 - t1);
     }
-    r->fork_us = median(t_fork, o->forks);
-    r->destroy_us = median(t_destroy, o->forks);
+    r->fork_us = median(&h_fork, 1e3);
+    r->destroy_us = median(&h_destroy, 1e3);
 
     char snap[1200];
     snprintf(snap, sizeof snap, "%s/bench_sessions.%ld.snap", o->tmp, (long)getpid());
@@ -245,18 +255,20 @@ static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s
     /* The stateless prompt: context + question. */
     memcpy(buf, ctx, (size_t)r->n * sizeof *buf);
     memcpy(buf + r->n, q, N_Q * sizeof *buf);
-    double ttft[3 * MAX_REPS], stateless[MAX_REPS], restore[MAX_REPS], reprefill[MAX_REPS];
-    int n_ttft = 0;
+    rill_hist_init(&h_ttft);
+    rill_hist_init(&h_stateless);
+    rill_hist_init(&h_restore);
+    rill_hist_init(&h_reprefill);
     for (int rep = 0; rep < o->reps; rep++) {
         /* Alternate the compared variants so that machine noise hits both. */
         for (int k = 0; k < 3; k++) {
-            if (query_ttft(s, q, N_Q, &ttft[n_ttft++], &r->first_tok_session)) {
+            if (query_ttft(s, q, N_Q, &h_ttft, &r->first_tok_session)) {
                 return 1;
             }
         }
         rill_session_t *e = NULL;
         if (check(rill_session_new(pool, NULL, &e), "stateless session") ||
-            query_ttft(e, buf, r->n + N_Q, &stateless[rep], &r->first_tok_stateless)) {
+            query_ttft(e, buf, r->n + N_Q, &h_stateless, &r->first_tok_stateless)) {
             return 1;
         }
         rill_session_destroy(&e);
@@ -269,7 +281,7 @@ static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s
             fprintf(stderr, "bench_sessions: restore: %s\n", err);
             return 1;
         }
-        restore[rep] = (double)(rill_now_ns() - t0) * 1e-6;
+        rill_hist_record(&h_restore, rill_now_ns() - t0);
         rill_session_destroy(&rs);
 
         t0 = rill_now_ns();
@@ -281,14 +293,14 @@ static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s
         if (check(rill_session_logits(e, &l), "re-prefill logits")) {
             return 1;
         }
-        reprefill[rep] = (double)(rill_now_ns() - t0) * 1e-6;
+        rill_hist_record(&h_reprefill, rill_now_ns() - t0);
         rill_session_destroy(&e);
     }
     remove(snap);
-    r->ttft_ms = median(ttft, n_ttft);
-    r->stateless_ms = median(stateless, o->reps);
-    r->restore_ms = median(restore, o->reps);
-    r->reprefill_ms = median(reprefill, o->reps);
+    r->ttft_ms = median(&h_ttft, 1e6);
+    r->stateless_ms = median(&h_stateless, 1e6);
+    r->restore_ms = median(&h_restore, 1e6);
+    r->reprefill_ms = median(&h_reprefill, 1e6);
     return 0;
 }
 

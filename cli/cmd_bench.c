@@ -16,13 +16,10 @@
 #include "local.h"
 #include "rill_alloc.h"
 #include "rill_log.h"
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+#include "rill_rand.h"
+#ifdef RILL_HAVE_BENCH_STREAM
+#include "rill_bench_stream.h"
+#endif
 
 /* Seconds to run the pp (n_tok in one go) or tg (n_tok single steps) workload once, on top of
  * the first `depth` positions of the cache (they stay; what a run wrote after them is
@@ -118,7 +115,7 @@ static int bench_model(int argc, char **argv) {
     }
     uint64_t s = 42;
     for (int64_t i = 0; i < lo.n_ctx; i++) {
-        ids[i] = (int32_t)(splitmix(&s) % (uint64_t)l.n_vocab);
+        ids[i] = (int32_t)(rill_rand_splitmix64(&s) % (uint64_t)l.n_vocab);
     }
     if (depth > 0 && local_eval(&l, ids, (int32_t)depth, false, NULL) != 0) {
         goto done;
@@ -176,7 +173,7 @@ int cmd_bench(int argc, char **argv) {
     }
     if (argc >= 2 && strcmp(argv[1], "stream") == 0) {
 #ifdef RILL_HAVE_BENCH_STREAM
-        return cmd_bench_stream(argc - 1, argv + 1);
+        return rill_bench_stream_main(argc - 1, argv + 1); /* bench/stream/ */
 #else
         fprintf(stderr, "rill bench stream: not built (needs the scheduler and ingest modules)\n");
         return 1;

@@ -7,7 +7,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
-int cmd_bench_stream(int argc, char **argv); /* `rill bench stream` (cmd_bench_stream.c) */
 int cmd_session_script(int argc, char **argv);
 int cmd_serve(int argc, char **argv);  /* `rill serve` / `rilld` (cmd_serve.c) */
 int cmd_keygen(int argc, char **argv); /* `rill keygen` (cmd_serve.c) */

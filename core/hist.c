@@ -50,24 +50,15 @@ void rill_hist_record(rill_hist_t *h, uint64_t v) {
     }
 }
 
-uint64_t rill_hist_quantile(const rill_hist_t *h, double q) {
+uint64_t rill_hist_rank(const rill_hist_t *h, uint64_t rank) {
     if (h->count == 0) {
         return 0;
     }
-    if (!(q > 0.0)) { /* also catches NaN */
-        return h->min;
+    if (rank <= 1) {
+        return h->min; /* exact: the upper edge of its bucket may hold larger samples */
     }
-    if (q >= 1.0) {
+    if (rank >= h->count) {
         return h->max;
-    }
-    /* Rank of the sample we want, 1-based: the smallest r with r >= q * count. */
-    double want = q * (double)h->count;
-    uint64_t rank = (uint64_t)want;
-    if ((double)rank < want) {
-        rank++;
-    }
-    if (rank == 0) {
-        rank = 1;
     }
     uint64_t seen = 0;
     for (int b = 0; b < RILL_HIST_BUCKETS; b++) {
@@ -85,6 +76,25 @@ uint64_t rill_hist_quantile(const rill_hist_t *h, double q) {
         }
     }
     return h->max;
+}
+
+uint64_t rill_hist_quantile(const rill_hist_t *h, double q) {
+    if (h->count == 0) {
+        return 0;
+    }
+    if (!(q > 0.0)) { /* also catches NaN */
+        return h->min;
+    }
+    if (q >= 1.0) {
+        return h->max;
+    }
+    /* Rank of the sample we want, 1-based: the smallest r with r >= q * count. */
+    double want = q * (double)h->count;
+    uint64_t rank = (uint64_t)want;
+    if ((double)rank < want) {
+        rank++;
+    }
+    return rill_hist_rank(h, rank);
 }
 
 double rill_hist_mean(const rill_hist_t *h) {

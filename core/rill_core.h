@@ -1,7 +1,7 @@
 /*
  * rill_core.h - the core module: errors, counted allocation, logging and clock, latency
- * histogram, SPSC ring, thread pool, arena. Include this, or the part's own header.
- * Each part's header is its manual.
+ * histogram, SPSC ring, thread pool, arena, seeded random numbers. Include this, or the part's
+ * own header. Each part's header is its manual.
  */
 #ifndef RILL_CORE_H
 #define RILL_CORE_H
@@ -12,6 +12,7 @@
 #include "rill_hist.h"
 #include "rill_log.h"
 #include "rill_pool.h"
+#include "rill_rand.h"
 #include "rill_ring.h"
 
 #endif /* RILL_CORE_H */

@@ -8,7 +8,7 @@
  * live inside the struct (about 16 KiB), which is why this is a value type.
  *
  * Percentiles are reported as the upper edge of the bucket that holds the rank (clamped to the
- * exact max), so p100 == max.
+ * exact max), so p100 == max; the first rank reports the exact min, so p0 == min.
  *
  * Thread safety: one thread at a time per histogram. Combine per-thread histograms with
  * rill_hist_merge().
@@ -39,9 +39,17 @@ void rill_hist_init(rill_hist_t *h);
 /* Adds one sample. */
 void rill_hist_record(rill_hist_t *h, uint64_t value);
 
-/* Value at quantile q in [0, 1] (0.5 = p50, 0.99 = p99; values outside are clamped). 0 when
- * empty. */
+/* Value at quantile q in [0, 1] (0.5 = p50, 0.99 = p99; values outside are clamped): the
+ * nearest-rank sample, rank = the smallest integer >= q * count (at least 1), reported as
+ * rill_hist_rank() reports it; q <= 0 (or NaN) gives the min, q >= 1 the max. 0 when empty. */
 uint64_t rill_hist_quantile(const rill_hist_t *h, double q);
+
+/* Value of the rank-th smallest sample (1-based: rank 1 is the min, rank == count the max;
+ * 0 reads as 1, above count as count): the upper edge of the bucket that holds it, clamped to
+ * [min, max], so at or above the sample and within 1/32 of it, exact below 2^RILL_HIST_SUB_BITS
+ * and for the min and the max. For figures that need two ranks, e.g. the median of an even
+ * count as the mean of ranks count/2 and count/2 + 1. 0 when empty. O(buckets). */
+uint64_t rill_hist_rank(const rill_hist_t *h, uint64_t rank);
 
 /* Mean of the samples; 0 when empty. */
 double rill_hist_mean(const rill_hist_t *h);

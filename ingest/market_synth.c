@@ -2,11 +2,11 @@
  * market_synth.c - a deterministic synthetic market (rill_market.h, "synthetic market").
  *
  * Determinism is the point: a benchmark figure or a demo transcript must be reproducible from
- * its seed on any machine. So every random decision is integer arithmetic on xoshiro256**
- * (seeded through splitmix64, as its authors recommend), prices are integers counted in tick
- * sizes, and the only floating point is a few IEEE-754 operations whose results are fixed by the
- * standard: one division per price (units / 10^d), one multiplication per inter-arrival time,
- * conversions. No libm function is called: the exponential inter-arrival times come from von
+ * its seed on any machine. So every random decision is integer arithmetic on core's xoshiro256**
+ * (rill_rand.h: seeded through splitmix64, as its authors recommend), prices are integers counted
+ * in tick sizes, and the only floating point is a few IEEE-754 operations whose results are fixed
+ * by the standard: one division per price (units / 10^d), one multiplication per inter-arrival
+ * time, conversions. No libm function is called: the exponential inter-arrival times come from von
  * Neumann's method, which compares uniforms instead of taking a logarithm (glibc's log and
  * another libm's may differ in the last bit, and then a timestamp would differ by one ns). Each
  * floating-point operation is its own statement, so no compiler contracts two into an FMA.
@@ -22,6 +22,7 @@
 
 #include "market_internal.h"
 #include "rill_alloc.h"
+#include "rill_rand.h"
 
 typedef struct builtin {
     const char *name;
@@ -55,8 +56,8 @@ typedef struct ssym {
 
 struct rill_market_synth {
     rill_market_synth_params_t params;
-    uint64_t s[4]; /* xoshiro256** state */
-    ssym_t *syms;  /* (n_symbols) */
+    rill_rand_t rng; /* xoshiro256** (rill_rand.h) */
+    ssym_t *syms;    /* (n_symbols) */
     int32_t n;
     int64_t total_weight;
     double mean_ns, mean_burst_ns;
@@ -80,28 +81,8 @@ rill_market_synth_params_t rill_market_synth_default_params(void) {
     return p;
 }
 
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += UINT64_C(0x9e3779b97f4a7c15));
-    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
 static uint64_t next64(rill_market_synth_t *m) {
-    uint64_t *s = m->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
+    return rill_rand_next(&m->rng);
 }
 
 /* Uniform integer in [0, n), n >= 1 (modulo bias below 2^-40 for the n used here). */
@@ -153,10 +134,7 @@ rill_err_t rill_market_synth_new(const rill_market_synth_params_t *params,
     m->params = p;
     m->syms = syms;
     m->n = p.n_symbols;
-    uint64_t x = p.seed;
-    for (int i = 0; i < 4; i++) {
-        m->s[i] = splitmix64(&x);
-    }
+    rill_rand_seed(&m->rng, p.seed);
     for (int32_t i = 0; i < m->n; i++) {
         ssym_t *s = &syms[i];
         if (i < N_BUILTIN) {

@@ -381,9 +381,10 @@ const char *rill_market_gov_last_error(const rill_market_gov_t *g);
 /* ---- synthetic market ------------------------------------------------------------------------
  *
  * A seeded, deterministic stream: the same parameters give byte-identical ticks on every
- * machine, compiler and C library (integer PRNG xoshiro256** seeded by splitmix64; prices are
- * integers of a tick size; inter-arrival times are exponential, drawn with von Neumann's
- * comparison method, which needs uniforms and no logarithm; no libm function is called).
+ * machine, compiler and C library (integer PRNG: core's xoshiro256** seeded by splitmix64,
+ * rill_rand.h; prices are integers of a tick size; inter-arrival times are exponential, drawn
+ * with von Neumann's comparison method, which needs uniforms and no logarithm; no libm function
+ * is called).
  *
  * Symbols, in this order: AAPL, MSFT, NVDA, EURUSD, BTC-USD, AMZN, TSLA, GBPUSD, ETH-USD, SPY,
  * GOOGL, META, then S012, S013, ... Each has a start price, tick size (decimals), volatility,

@@ -15,8 +15,8 @@
  *   6. draw from the softmax of what is left with the sampler's own PRNG.
  * With temp <= 0 the sampler is greedy: the arg-max after the penalties (the lowest token id on
  * ties), and the PRNG is not used. Ties elsewhere are also broken by token id, so a given seed
- * and logits give the same token on every platform (the PRNG is xoshiro256** seeded through
- * splitmix64; probabilities are accumulated in double).
+ * and logits give the same token on every platform (the PRNG is core's xoshiro256** seeded
+ * through splitmix64, rill_rand.h; probabilities are accumulated in double).
  *
  * Only the tokens passed to rill_sampler_accept() enter the penalty window: accept the prompt's
  * tokens and each sampled token.

@@ -18,14 +18,15 @@
  * penalised once however often it occurs: a per-token stamp array marks what this call has
  * already penalised, so de-duplication costs O(window), not O(V).
  *
- * PRNG: xoshiro256** (Blackman and Vigna), state seeded by four splitmix64 outputs; a uniform
- * double in [0, 1) takes the top 53 bits.
+ * PRNG: core's xoshiro256** (rill_rand.h: state seeded by four splitmix64 outputs, a uniform
+ * double in [0, 1) from the top 53 bits), inline, one step per draw.
  */
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
 #include "rill_alloc.h"
+#include "rill_rand.h"
 #include "rill_sampler.h"
 
 typedef struct cand {
@@ -42,37 +43,8 @@ struct rill_sampler {
     int32_t *hist; /* (penalty_last_n) ring of accepted tokens */
     int32_t hist_n;
     int32_t hist_head; /* next slot to write */
-    uint64_t rng[4];
+    rill_rand_t rng;
 };
-
-/* ---- PRNG ---- */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) {
-    return (x << k) | (x >> (64 - k));
-}
-
-static uint64_t xoshiro_next(uint64_t s[4]) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-static double uniform01(uint64_t s[4]) {
-    return (double)(xoshiro_next(s) >> 11) * 0x1.0p-53;
-}
 
 /* ---- ordering ---- */
 
@@ -143,10 +115,7 @@ void rill_sampler_reset(rill_sampler_t *s, uint64_t seed) {
     }
     s->hist_n = 0;
     s->hist_head = 0;
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) {
-        s->rng[i] = splitmix64(&x);
-    }
+    rill_rand_seed(&s->rng, seed);
 }
 
 rill_err_t rill_sampler_new(int32_t n_vocab, rill_sampler_params_t params, rill_sampler_t **out) {
@@ -317,7 +286,7 @@ rill_err_t rill_sampler_sample(rill_sampler_t *s, const float *logits, int32_t *
     for (int32_t i = 0; i < n; i++) {
         sum += weight(s, s->cand[i].logit, max);
     }
-    double u = uniform01(s->rng) * sum;
+    double u = rill_rand_double(&s->rng) * sum;
     double cum = 0;
     int32_t pick = n - 1;
     for (int32_t i = 0; i < n; i++) {

@@ -7,6 +7,7 @@ Usage: test_cli.py RILL_BINARY SOURCE_DIR SHARED_DIR. Exits 77 (skip) when the t
 are absent. Prints 'N passed, N failed' last.
 """
 import json
+import math
 import os
 import struct
 import subprocess
@@ -267,6 +268,57 @@ def t_session_script():
     assert p.returncode != 0 and "frobnicate" in p.stderr, p.stderr
 
 
+def hist_rank_pct(xs, q):
+    """The sample core's histogram (core/rill_hist.h) reports at quantile q: nearest rank, the
+    smallest rank >= q * n."""
+    xs = sorted(xs)
+    return xs[max(1, math.ceil(q * len(xs))) - 1]
+
+
+def hist_close(got, want, rel=0.0, eps=0.0011):
+    """got is how the histogram reports the sample want: the upper edge of want's bucket, so at or
+    above it and within 1/32 of it. eps: both went through JSON's 3 decimals; rel: want was
+    computed from rounded figures."""
+    return want * (1 - rel) - eps <= got <= want * (1 + rel) * (1 + 1 / 32) + eps
+
+
+def bench_stream_percentiles(rill, st, summ):
+    """Every percentile of `rill bench stream`'s summaries is the histogram's report of the
+    nearest-rank sample of the per-question figures (and below 100 questions p99 is the exact
+    max); a sort of the same samples would pass too, anything else (a mean, a wrong rank, ms
+    truncated to whole buckets) would not."""
+    sr, ss = summ["rill"], summ["stateless"]
+    t = [r["ttft_ms"] for r in rill]
+    for q, key in ((0.5, "ttft_p50_ms"), (0.9, "ttft_p90_ms"), (0.99, "ttft_p99_ms")):
+        assert hist_close(sr[key], hist_rank_pct(t, q)), (key, sr[key], sorted(t))
+        assert hist_close(sr["buckets"][0][key], hist_rank_pct(t, q)), (key, sr["buckets"])
+        sv = [r["ttft_ms"] for r in st]
+        assert hist_close(ss[key], hist_rank_pct(sv, q)), (key, ss[key], sv)
+    assert sr["ttft_p50_ms"] <= sr["ttft_p90_ms"] <= sr["ttft_p99_ms"], sr
+    assert len(t) < 100 and abs(sr["ttft_p99_ms"] - max(t)) <= 0.0011, (sr, t)
+    assert abs(sr["p99_over_p50"] - sr["ttft_p99_ms"] / sr["ttft_p50_ms"]) <= 0.002, sr
+    per_q = {
+        "engine_ttft": [r["engine_ttft_ms"] for r in rill],
+        "ttft_own": [r["ttft_compute_ms"] for r in rill],
+        "ttft_other": [r["engine_ttft_ms"] - r["ttft_compute_ms"] for r in rill],
+        "backlog": [r["backlog"] for r in rill],
+        "standing_age": [r["standing_age_ms"] for r in rill if r["standing_age_ms"] is not None],
+    }
+    for name, xs in per_q.items():
+        for q, p in ((0.5, "p50"), (0.99, "p99")):
+            got = sr[f"{name}_{p}" + ("" if name == "backlog" else "_ms")]
+            if not xs:
+                assert got is None, (name, got)
+                continue
+            eps = 0.0021 if name == "ttft_other" else 0.0011  # a difference of two rounded figures
+            assert hist_close(got, hist_rank_pct(xs, q), eps=eps), (name, p, got, sorted(xs))
+    # over_rill: the median over the sampled questions of stateless TTFT / rill TTFT.
+    rill_by_q = {(r["session"], r["q"]): r["ttft_ms"] for r in rill}
+    ratios = [r["ttft_ms"] / rill_by_q[(r["session"], r["q"])] for r in st]
+    got = ss["buckets"][0]["over_rill"]
+    assert hist_close(got, hist_rank_pct(ratios, 0.5), rel=2e-3), (got, ratios)
+
+
 def t_bench_stream():
     """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
     parse (one per question and mode, a summary per mode), and the export holds the stream."""
@@ -308,6 +360,8 @@ def t_bench_stream():
     assert 0 <= summ["rill"]["utilization"] <= 1, summ["rill"]
     assert summ["rill"]["attn"] == "flash" and exp["attn"] == "flash", summ["rill"]  # default
     assert [b["le"] for b in summ["rill"]["buckets"]] == [256], summ["rill"]
+    # The summaries' percentiles against the per-question lines (bench_stream_percentiles).
+    bench_stream_percentiles(rill, st, summ)
     # The export: every chunk's tokens, questions after a chunk, contexts that add up.
     assert exp["format"] == "rill-stream" and len(exp["streams"]) == 2, exp.keys()
     for s in exp["streams"]:

@@ -3,7 +3,9 @@
 rilld with the default model, market-demo streams two slow synthetic markets for 16 s (light enough that an ASan build
 sharing two cores with another test still has idle time for the standing refreshes), and
 the summary must show both sessions with ticks ingested, standing answers pushed, questions
-answered, and the re-prefill comparison; rilld must stop cleanly (its log says so).
+answered (each session's TTFT p50 and max agreeing with the questions' own lines: core's
+histogram reports the nearest-rank sample within 1/32 above it, the max exactly), and the
+re-prefill comparison; rilld must stop cleanly (its log says so).
 
 In a sanitizer build (RILL_SANITIZE in BUILD's CMakeCache.txt) the model runs ~7x slower and the
 engine is busy the whole run on a slow 2-core machine, so a refresh rarely finishes before the
@@ -12,6 +14,7 @@ that standing refreshes ran (tokens at STANDING class), not that one was pushed.
 
 usage: test_market_demo.py SRC BUILD   (exit 77: the default model is missing)
 """
+import math
 import os
 import re
 import subprocess
@@ -37,11 +40,23 @@ def main():
     print(out[-3000:])
     print(p.stderr[-2000:], file=sys.stderr)
     assert p.returncode == 0, f"run.sh exited {p.returncode}"
-    rows = re.findall(r"^(market-\d)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s", out, re.M)
+    rows = re.findall(r"^(market-\d)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+\S+"
+                      r"\s+([\d.]+)ms\s+([\d.]+)ms\s*$", out, re.M)
     assert [r[0] for r in rows] == ["market-1", "market-2"], rows
-    for name, ticks, lines, version, context, pushes in rows:
+    asks = {}
+    for name, ms in re.findall(r"^\[\s*[\d.]+s\] (market-\d)\s+ask\s+ttft\s+([\d.]+) ms", out, re.M):
+        asks.setdefault(name, []).append(float(ms))
+    for name, ticks, lines, version, context, pushes, p50, mx in rows:
         assert int(ticks) > 0 and int(lines) > 0 and int(context) > 0, (name, ticks, context)
         assert int(version) > 0, (name, version)
+        # Both columns and the ask lines are printed to 0.1 ms.
+        xs, p50, mx = sorted(asks.get(name, [])), float(p50), float(mx)
+        if not xs:
+            assert p50 == 0 and mx == 0, (name, p50, mx)
+            continue
+        want = xs[max(1, math.ceil(0.5 * len(xs))) - 1]
+        assert want - 0.1 <= p50 <= want * (1 + 1 / 32) + 0.11, (name, p50, xs)
+        assert abs(mx - xs[-1]) <= 0.1 + 1e-9 and p50 <= mx, (name, mx, xs)
     pushes = sum(int(r[5]) for r in rows)
     if sanitized:
         standing = re.search(r"^engine: .*\bstanding (\d+);", out, re.M)

@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "rill_client.h"
+#include "rill_hist.h"
 #include "rill_market.h"
 
 #define MAX_SESSIONS 8
@@ -46,9 +47,7 @@ typedef struct sess {
     int64_t ticks, lines, rejected, version;
     int64_t pushed; /* standing answers received */
     double age_sum_ms, age_max_ms;
-    double ttft_ms[256];
-    int64_t contexts[256];
-    int n_asks;
+    rill_hist_t ttft;       /* the interactive questions' TTFT in ns (rill_hist.h) */
     rill_market_gov_t *gov; /* the server's governor, replayed here: the same lines */
     char *text;             /* everything ingested, for the final re-prefill comparison */
     size_t text_len, text_cap;
@@ -229,18 +228,10 @@ static const char *const k_questions[] = {
     "What is the most recent EURUSD quote?",
 };
 
-static int cmp_dbl(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double pct(double *v, int n, double p) {
-    if (n == 0) {
-        return 0;
-    }
-    qsort(v, (size_t)n, sizeof *v, cmp_dbl);
-    int i = (int)ceil(p * n) - 1;
-    return v[i < 0 ? 0 : i];
+/* Quantile q of the TTFTs in ms (0 when none): the nearest-rank sample as core's histogram
+ * reports it, within 1/32 above (exact for the max). */
+static double ttft_pct(const rill_hist_t *h, double q) {
+    return (double)rill_hist_quantile(h, q) / 1e6;
 }
 
 int main(int argc, char **argv) {
@@ -271,6 +262,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.sessions; i++) {
         sess_t *s = &ss[i];
         snprintf(s->name, sizeof s->name, "market-%d", i + 1);
+        rill_hist_init(&s->ttft);
         rill_client_session_close(c, s->name); /* a leftover of an earlier run */
         rill_err_t e = rill_client_session_create(c, s->name, -1, -1, NULL, NULL);
         if (e != RILL_OK) {
@@ -380,9 +372,8 @@ int main(int argc, char **argv) {
             ask_turn++;
             rill_client_answer_t a;
             rill_err_t e = rill_client_ask(c, s->name, q, 24, NULL, NULL, &a);
-            if (e == RILL_OK && s->n_asks < 256) {
-                s->ttft_ms[s->n_asks] = a.ttft_ms;
-                s->contexts[s->n_asks++] = a.context;
+            if (e == RILL_OK) {
+                rill_hist_record(&s->ttft, a.ttft_ms > 0 ? (uint64_t)llround(a.ttft_ms * 1e6) : 0);
                 if (!o.quiet) {
                     printf("[%6.1fs] %-9s ask   ttft %6.1f ms over %5" PRId64 " tokens: %s -> "
                            "%.*s\n",
@@ -437,7 +428,7 @@ int main(int argc, char **argv) {
         rill_client_session_stats_t x;
         memset(&x, 0, sizeof x);
         rill_client_session_stats(c, s->name, &x);
-        double p50 = pct(s->ttft_ms, s->n_asks, 0.5), mx = pct(s->ttft_ms, s->n_asks, 1.0);
+        double p50 = ttft_pct(&s->ttft, 0.5), mx = ttft_pct(&s->ttft, 1.0);
         printf("%-10s %7" PRId64 " %7" PRId64 " %8" PRId64 " %8" PRId64 " %7" PRId64
                " %7.0fms %7.0fms %7.1fms %7.1fms\n",
                s->name, s->ticks, s->lines, x.version, x.n_resident, s->pushed,

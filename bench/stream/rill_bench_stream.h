@@ -1,0 +1,45 @@
+/*
+ * rill_bench_stream.h - the stream benchmark (`rill bench stream`): question latency on live
+ * market streams, K persistent sessions on the scheduler (mode "rill") against answering each
+ * sampled question statelessly, re-prefilling its whole context (mode "stateless", (a)).
+ * DESIGN.md section 8, "Sessions"; the figures it has produced are in docs/benchmarks.md
+ * ("Streaming benchmark"); stream_internal.h describes the workload and the modes.
+ *
+ * A benchmark program (STYLE.md rule 27) built as the library rill_bench_stream so that the
+ * `rill` command runs it as a sub-command: `rill bench stream ARGS` calls
+ * rill_bench_stream_main() with argv[0] = "stream". Its options, --help and output are part of
+ * INTERFACES.md ("Streams and benchmarks").
+ *
+ * Output. stdout: a Markdown table of TTFT percentiles per context bucket, summary lines, and
+ * one machine-readable JSON line ({"bench":"stream", ...}). With --json FILE: JSON Lines, one
+ * object per question and mode (mode, session, q, context, bucket, status, ttft_ms, total_ms,
+ * engine_ttft_ms, ttft_compute_ms, backlog, answer ids, ...), then one summary object per mode
+ * ("summary": true; ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, p99_over_p50, utilization and the
+ * engine's figures for "rill"; buckets[] of {le, n, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms}, with
+ * over_rill, the median of stateless TTFT over rill TTFT per question, for "stateless").
+ * Percentiles are core's histogram's (rill_hist.h): nearest rank, reported as the upper edge of
+ * the bucket that holds it, so within 1/32 above the sample (exact for the minimum and the
+ * maximum). With --export FILE: the exact stream as JSON, for bench/stream_llama.py.
+ * Progress and errors go to stderr.
+ */
+#ifndef RILL_BENCH_STREAM_H
+#define RILL_BENCH_STREAM_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Parses argv[1..argc) (argv[0] is the sub-command's name, e.g. "stream"), builds the stream,
+ * runs both modes and reports; blocks until done (seconds to hours, with the options). Loads
+ * the model (--model, or the default model the `rill` command finds), starts one feeder thread
+ * per session and the scheduler's engine thread, and frees everything before it returns.
+ * Returns the process exit code: 0 success (also after --help, printed to stdout), 1 failure
+ * (message on stderr; also when any question failed), 2 usage error (message on stderr).
+ * Thread safety: call from one thread at a time (the program's main thread); it installs no
+ * signal handler and leaves the rill_log callback as the caller set it. */
+int rill_bench_stream_main(int argc, char **argv);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_BENCH_STREAM_H */

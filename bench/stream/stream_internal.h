@@ -1,0 +1,191 @@
+/*
+ * stream_internal.h - the stream benchmark's shared types (the bench/stream/ files; private to the
+ * rill_bench_stream library). `rill bench stream`: question latency on live streams, rill's
+ * persistent sessions against answering statelessly (DESIGN.md section 8, "Sessions").
+ *
+ * The workload. K sessions each follow their own deterministic synthetic market
+ * (rill_market_synth, seed --seed + session, 6 symbols, --rate ticks/s, short bursts), every tick
+ * rendered as one text line ("AAPL 187.32 +0.05 200 B\n", rill_market_fmt) and tokenized here,
+ * the way an ingest adapter hands tokens to the engine. Every --every ticks a session gets a
+ * question from a fixed list of market questions (~32 tokens, a plain "Question: ... Answer:"
+ * form after a shared system prompt) answered with exactly --answer tokens (greedy, no stop at
+ * end of generation, so every mode decodes the same work). A session's stream ends when its
+ * context would pass --context tokens (or at --duration seconds). The whole stream - text,
+ * tokens, arrival times, question positions - is built before anything runs, so it is the same
+ * on every run and machine, and --export writes it for bench/stream_llama.py to replay exactly.
+ *
+ * Modes, one after the other in the same process, on the same model, backend and KV pool:
+ *   rill       the scheduler (scheduler/) with K persistent sessions: one feeder thread per
+ *              session sleeps until each chunk's arrival time and ingests it
+ *              (rill_sched_ingest_async: the feed does not wait for the acknowledgement), then
+ *              asks the question due at that tick (rill_sched_ask, non-blocking) on the live
+ *              session, which waits for that chunk: data and question reach the engine
+ *              together, as from a feed and a user who do not wait for each other. One standing
+ *              query per session unless --no-standing; its answer age is sampled at every
+ *              question. Arrival = the chunk's scheduled time, so TTFT includes any wait of the
+ *              feed behind the engine.
+ *   stateless  (a) how a request-driven server answers: for sampled questions, a fresh session
+ *              gets the whole context (prompt + chunks so far) and the question as one request,
+ *              prefilled from nothing (a new scheduler on the now empty pool, without the step
+ *              cap: 512-token steps, the engine otherwise idle - the best case for this mode).
+ *              --stateless questions per context bucket, those with the largest contexts.
+ * TTFT is measured the same way in both: from arrival (rill) or submission (stateless) to the
+ * on_token callback of the first answer token; total to on_done. Per question the engine also
+ * reports the backlog of its session it waited for and the time of its own steps
+ * (rill_sched_answer_t), which split a TTFT into own work and waiting behind other work; the
+ * host's steal time over the stream (/proc/stat) says how much a shared machine took away.
+ *
+ * Rejected: running (a) concurrently with the streams (it would steal the cores rill is being
+ * measured on, and its own figures would depend on rill's load); sampling every question in (a)
+ * (a 4096-token re-prefill takes seconds on two cores; a full sweep would take an hour).
+ *
+ * Files, one job each: stream_main.c (options, the KV pool, the entry point), stream_build.c
+ * (the stream, built before the run, and its export), stream_run.c (the feeders and the two
+ * modes), stream_report.c (percentiles from core's histogram, the table, the JSON lines).
+ */
+#ifndef RILL_BENCH_STREAM_INTERNAL_H
+#define RILL_BENCH_STREAM_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "local.h"
+#include "rill_scheduler.h"
+#include "rill_session.h"
+
+#define N_SYMBOLS   6
+#define MAX_BUCKETS 8
+#define MIN_BUCKET  256
+#define N_QUESTIONS 6 /* QUESTIONS[] in stream_build.c */
+
+typedef struct opts {
+    local_opts_t lo;
+    int64_t sessions, every, answer, context, seed, stateless;
+    double rate, duration, max_delay_ms;
+    bool no_standing, no_prompt, export_only;
+    const char *json_path, *export_path;
+} opts_t;
+
+typedef struct bench bench_t;
+
+/* The host's CPU time from /proc/stat's "cpu" line, in clock ticks: all of it and what the
+ * hypervisor gave to others (steal); ok false where the file cannot be read (not Linux). */
+typedef struct cpu_time {
+    bool ok;
+    unsigned long long total, steal;
+} cpu_time_t;
+
+/* One question's outcome in one mode. Written by the engine thread's callbacks (and by the
+ * submitting thread before the submission); read by the main thread once `done` is set under
+ * the bench's mutex. */
+typedef struct result {
+    bench_t *b;
+    bool done;
+    rill_err_t status;
+    int64_t arrival_ns; /* rill_now_ns() the question is due */
+    int64_t first_ns;   /* first answer token (0: none) */
+    int64_t done_ns;
+    int64_t engine_ttft_ns, engine_total_ns;
+    int64_t backlog, ttft_compute_ns; /* rill_sched_answer_t's */
+    int32_t engine_context;
+    int64_t standing_age_ns; /* rill mode: now - the standing answer's finish; -1 none yet */
+    int32_t n_answer;
+    int32_t *answer; /* room for opts.answer ids */
+} result_t;
+
+typedef struct question {
+    int32_t session, index, kind;
+    int32_t after;   /* chunks of its session before it */
+    int32_t context; /* tokens before it: prompt + those chunks */
+    int32_t bucket;  /* index into bench.buckets */
+    int64_t t_ns;    /* due, from the stream's start */
+    bool sampled;    /* also asked statelessly */
+    result_t rill, stateless;
+} question_t;
+
+typedef struct chunk {
+    int64_t t_ns; /* arrival, from the stream's start */
+    int64_t text_off;
+    int32_t text_len;
+    int32_t n_tok;
+    int64_t tok_off; /* into its session's tokens */
+    int64_t call_ns; /* when the feeder called rill_sched_ingest_async() */
+    int64_t ack_ns;  /* from then to the acknowledgement (on_ack) */
+    int64_t late_ns; /* how late the feeder made the call */
+    rill_err_t err;  /* what on_ack said */
+} chunk_t;
+
+typedef struct sstream {
+    chunk_t *chunks;
+    int64_t n_chunks, cap_chunks;
+    int32_t *tokens; /* chunk tokens, in order (the prompt excluded) */
+    int64_t n_tokens, cap_tokens;
+    int32_t q_first, n_q; /* its questions in bench.qs */
+    int64_t ticks;
+} sstream_t;
+
+typedef struct standing {
+    bench_t *b;
+    int64_t done_ns; /* finish of the newest answer (0: none yet); under b->mu */
+    int64_t answers;
+} standing_t;
+
+struct bench {
+    opts_t o;
+    local_t l;
+    rill_session_pool_t *pool;
+    int32_t n_ctx, n_pages, res_pages, overflow;
+    char *text;
+    int64_t text_len, text_cap;
+    sstream_t *ss;
+    question_t *qs;
+    int64_t n_qs, cap_qs;
+    int32_t *prompt, n_prompt;
+    int32_t *qtok[N_QUESTIONS], n_qtok[N_QUESTIONS], max_q;
+    int32_t *stok, n_stok;
+    int32_t buckets[MAX_BUCKETS], n_buckets;
+    int32_t *answers; /* 2 * n_qs * answer ids */
+    /* run time */
+    rill_sched_t *sch;
+    rill_sched_sid_t *sid;
+    standing_t *st;
+    int64_t t0;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t n_done, feeders_done;
+    rill_err_t feed_err;
+    rill_sched_stats_t s0, s1;
+    cpu_time_t c0, c1; /* the host's CPU time over the stream */
+    int64_t stream_ns, drain_ns;
+    rill_sched_standing_info_t *sinfo; /* per session after the run */
+};
+
+/* ---- across the files ---------------------------------------------------------------------- */
+
+/* stream_build.c: builds every session's chunks and questions (the whole stream, before
+ * anything runs) and the prompt, question and standing-query tokens. Prints a message and
+ * returns non-zero on failure. */
+int rill__stream_build(bench_t *b);
+
+/* stream_build.c: writes the stream as bench/stream_llama.py reads it. Prints a message and
+ * returns non-zero on failure. */
+int rill__stream_export(const bench_t *b, const char *path);
+
+/* stream_build.c: JSON writers shared with the report: a string of len bytes (escaped), an
+ * array of token ids; and the model's path as given (or the default model's). */
+void rill__stream_json_str(FILE *f, const char *s, size_t len);
+void rill__stream_json_ids(FILE *f, const int32_t *ids, int64_t n);
+const char *rill__stream_model_name(const bench_t *b);
+
+/* stream_run.c: the two modes, one after the other on b->pool. Each prints a message and
+ * returns non-zero on failure; results are in b->qs[*].rill / .stateless. */
+int rill__stream_run_rill(bench_t *b);
+int rill__stream_run_stateless(bench_t *b);
+
+/* stream_report.c: the table and lines on stdout, --json's lines; returns the exit code
+ * (1 when a question failed). */
+int rill__stream_report(bench_t *b);
+
+#endif /* RILL_BENCH_STREAM_INTERNAL_H */

@@ -1,0 +1,228 @@
+/*
+ * stream_main.c - the stream benchmark's entry point (rill_bench_stream.h): the option table
+ * (cli.h's, so --help is printed from what is parsed), the model and backend (cli's local.h),
+ * the KV pool both modes share, sized for K reserved sessions, the shared prompt, the forks of
+ * the questions and standing refreshes in flight, and one spare reservation for the stateless
+ * request; then build, export, run, report, free.
+ */
+#include <stdio.h>
+
+#include "cli.h"
+#include "rill_alloc.h"
+#include "rill_bench_stream.h"
+#include "stream_internal.h"
+
+static int setup_pool(bench_t *b) {
+    int32_t P = RILL_KV_PAGE_SIZE;
+    int32_t K = (int32_t)b->o.sessions;
+    int64_t need = b->o.context + b->max_q + b->o.answer;
+    int32_t train = b->l.hp->n_ctx_train;
+    if (need > train) {
+        fprintf(stderr,
+                "rill bench stream: --context %lld + a question (%d) + --answer %lld = %lld "
+                "tokens exceed the model's context %d\n",
+                (long long)b->o.context, b->max_q, (long long)b->o.answer, (long long)need, train);
+        return 2;
+    }
+    b->n_ctx = (int32_t)((need + P - 1) / P * P);
+    if (b->n_ctx > train) {
+        b->n_ctx = train;
+    }
+    b->res_pages = (b->n_ctx + P - 1) / P;
+    /* Forks of K questions and K standing refreshes at once, each its question and answer
+     * plus a copied last page; at least two full steps (the scheduler's minimum). */
+    int32_t per_fork = (int32_t)((b->max_q + b->o.answer + P - 1) / P) + 2;
+    b->overflow = 2 * K * per_fork;
+    if (b->overflow < 2 * (512 + P - 1) / P) {
+        b->overflow = 2 * (512 + P - 1) / P;
+    }
+    /* K reservations, the shared prompt's template, the overflow, and one spare reservation so
+     * that the stateless phase's request fits whole. */
+    b->n_pages = (K + 1) * b->res_pages + (b->n_prompt + P - 1) / P + 1 + b->overflow;
+    rill_session_pool_params_t pp = rill_session_pool_default_params();
+    pp.n_cells = (int64_t)b->n_pages * P;
+    pp.page_size = P;
+    pp.kv_type = RILL_DTYPE_F16;
+    pp.n_ctx = b->n_ctx;
+    pp.tokenizer = b->l.tok;
+    rill_err_t err = rill_session_pool_new(b->l.fw, &pp, &b->pool);
+    if (err != RILL_OK) {
+        fprintf(stderr, "rill bench stream: KV pool of %d pages: %s\n", b->n_pages,
+                rill_strerror(err));
+        return 1;
+    }
+    b->n_pages = rill_session_pool_n_pages(b->pool);
+    return 0;
+}
+
+static void bench_free(bench_t *b) {
+    rill_session_pool_destroy(&b->pool);
+    for (int32_t s = 0; b->ss != NULL && s < (int32_t)b->o.sessions; s++) {
+        rill_free(b->ss[s].chunks);
+        rill_free(b->ss[s].tokens);
+    }
+    rill_free(b->ss);
+    rill_free(b->qs);
+    rill_free(b->text);
+    rill_free(b->prompt);
+    rill_free(b->stok);
+    for (int32_t k = 0; k < N_QUESTIONS; k++) {
+        rill_free(b->qtok[k]);
+    }
+    rill_free(b->answers);
+    rill_free(b->sid);
+    rill_free(b->st);
+    rill_free(b->sinfo);
+    local_close(&b->l);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+}
+
+int rill_bench_stream_main(int argc, char **argv) {
+    bench_t *b = rill_calloc(RILL_MEM_OTHER, 1, sizeof *b);
+    if (b == NULL) {
+        fprintf(stderr, "rill bench stream: out of memory\n");
+        return 1;
+    }
+    opts_t *o = &b->o;
+    /* an F16 cache and flash attention, as rilld runs sessions (--attn exact: llama.cpp's
+     * non-flash bits); bench/stream_llama.py --flash-attn runs llama.cpp the same way */
+    o->lo = (local_opts_t){ .threads = 2,
+                            .n_ctx = RILL_KV_PAGE_SIZE,
+                            .backend = "cpu",
+                            .kv_type = "f16",
+                            .attn = "flash" };
+    o->sessions = 8;
+    o->rate = 0.5;
+    o->every = 8;
+    o->answer = 16;
+    o->context = 4096;
+    o->seed = 1;
+    o->stateless = 2;
+    o->max_delay_ms = 50;
+    const cli_opt_t opts[] = {
+        { "model", "-m", CLI_STRING, &o->lo.model_path, "GGUF model file (default: SmolLM2-135M)",
+          0, -1 },
+        { "threads", "-t", CLI_INT, &o->lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
+        { "attn", NULL, CLI_STRING, &o->lo.attn,
+          "attention kernel: flash (rilld's default) or exact (llama.cpp's non-flash bits)", 0,
+          -1 },
+        { "sessions", "-k", CLI_INT, &o->sessions, "sessions, each with its own market stream", 1,
+          256 },
+        { "rate", "-r", CLI_FLOAT, &o->rate,
+          "mean ticks per second per session (one text line each; bursts go 4x faster)", 0.001,
+          10000 },
+        { "every", "-q", CLI_INT, &o->every, "a question on a session every N of its ticks", 1,
+          1 << 20 },
+        { "answer", "-n", CLI_INT, &o->answer, "answer tokens per question (always all decoded)", 1,
+          4096 },
+        { "context", "-c", CLI_INT, &o->context,
+          "a session's stream ends before its context passes N tokens", 64, 1 << 20 },
+        { "duration", NULL, CLI_FLOAT, &o->duration,
+          "also end the streams after S seconds (0 = only --context)", 0, 1e6 },
+        { "seed", NULL, CLI_INT, &o->seed, "market seed (session i uses seed + i)", 0, 1e15 },
+        { "stateless", NULL, CLI_INT, &o->stateless,
+          "questions per context bucket re-asked statelessly, mode (a); 0 = skip (a)", 0, 1000 },
+        { "max-delay-ms", NULL, CLI_FLOAT, &o->max_delay_ms,
+          "scheduler step cap in ms of work (rill_sched_params_t.max_delay_ns; 0 = none)", 0,
+          10000 },
+        { "no-standing", NULL, CLI_FLAG, &o->no_standing,
+          "no standing query (default: one per session)", 0, -1 },
+        { "no-prompt", NULL, CLI_FLAG, &o->no_prompt,
+          "no shared system prompt at the start of each session (default: one, ~35 tokens)", 0,
+          -1 },
+        { "json", NULL, CLI_STRING, &o->json_path,
+          "write JSON lines: one per question and mode, then a summary per mode", 0, -1 },
+        { "export", NULL, CLI_STRING, &o->export_path,
+          "write the exact stream (JSON) for bench/stream_llama.py", 0, -1 },
+        { "export-only", NULL, CLI_FLAG, &o->export_only,
+          "build and --export the stream, run nothing", 0, -1 },
+        { 0 },
+    };
+    const char *pos[1];
+    int n_pos = 0;
+    int rc = cli_parse(argc, argv, 1, opts,
+                       "rill bench stream [--sessions 8] [--rate 0.5] [--every 8] [--answer 16] "
+                       "[--context 4096] [--json FILE] [--export FILE]",
+                       "Question latency on live market streams: K persistent sessions on the "
+                       "scheduler (rill) against\nre-prefilling the context for every question "
+                       "(stateless, mode (a)), side by side. Each session\ningests its own "
+                       "seeded synthetic market at --rate ticks/s (one text line a tick) and "
+                       "gets a\n~32-token question every --every ticks; TTFT is measured from "
+                       "the tick's arrival to the first\nanswer token. Prints TTFT p50/p90/p99 "
+                       "per context bucket, engine utilization, standing-query\nanswer age, what "
+                       "the TTFTs were made of (own work, the backlog waited for, other work) "
+                       "and\nthe host's steal time; --export writes the stream for "
+                       "bench/stream_llama.py (llama.cpp "
+                       "modes (b), (c)).",
+                       pos, 0, &n_pos);
+    if (rc != 0) {
+        rill_free(b);
+        return rc == 1 ? 0 : 2;
+    }
+    if (o->export_only && o->export_path == NULL) {
+        fprintf(stderr, "rill bench stream: --export-only needs --export FILE\n");
+        rill_free(b);
+        return 2;
+    }
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    if (local_open(&b->l, &o->lo) != 0) {
+        rill_free(b);
+        return 1;
+    }
+    rc = rill__stream_build(b);
+    if (rc == 0) {
+        rc = setup_pool(b);
+    }
+    if (rc == 0 && o->export_path != NULL) {
+        rc = rill__stream_export(b, o->export_path);
+    }
+    if (rc == 0 && o->export_only) {
+        int64_t nc = 0, nt = 0;
+        for (int32_t s = 0; s < (int32_t)o->sessions; s++) {
+            nc += b->ss[s].n_chunks;
+            nt += b->ss[s].n_tokens;
+        }
+        printf("rill bench stream: wrote %s: %lld sessions, %lld chunks, %lld tokens, %lld "
+               "questions\n",
+               o->export_path, (long long)o->sessions, (long long)nc, (long long)nt,
+               (long long)b->n_qs);
+        bench_free(b);
+        rill_free(b);
+        return 0;
+    }
+    if (rc == 0) {
+        int32_t K = (int32_t)o->sessions;
+        b->sid = rill_calloc(RILL_MEM_OTHER, (size_t)K, sizeof *b->sid);
+        b->st = rill_calloc(RILL_MEM_OTHER, (size_t)K, sizeof *b->st);
+        b->sinfo = rill_calloc(RILL_MEM_OTHER, (size_t)K, sizeof *b->sinfo);
+        b->answers =
+            rill_calloc(RILL_MEM_OTHER, (size_t)(2 * b->n_qs * o->answer), sizeof *b->answers);
+        if (b->sid == NULL || b->st == NULL || b->sinfo == NULL || b->answers == NULL) {
+            fprintf(stderr, "rill bench stream: out of memory\n");
+            rc = 1;
+        }
+    }
+    if (rc == 0) {
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            question_t *q = &b->qs[i];
+            q->rill = (result_t){ .b = b, .answer = b->answers + (2 * i) * o->answer };
+            q->stateless = (result_t){ .b = b, .answer = b->answers + (2 * i + 1) * o->answer };
+        }
+        fprintf(stderr,
+                "rill bench stream: rill: %lld sessions, %lld questions, pool of %d "
+                "pages (%d a session, %d overflow)\n",
+                (long long)o->sessions, (long long)b->n_qs, b->n_pages, b->res_pages, b->overflow);
+        rc = rill__stream_run_rill(b);
+    }
+    if (rc == 0 && o->stateless > 0) {
+        rc = rill__stream_run_stateless(b);
+    }
+    if (rc == 0) {
+        rc = rill__stream_report(b);
+    }
+    bench_free(b);
+    rill_free(b);
+    return rc;
+}

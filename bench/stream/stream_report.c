@@ -1,0 +1,399 @@
+/*
+ * stream_report.c - what the stream benchmark prints (see rill_bench_stream.h, "Output"): a
+ * line per question and mode and a summary per mode in --json's file, the Markdown table of TTFT
+ * percentiles per context bucket and the summary lines on stdout, and the machine-readable line
+ * (STYLE.md rule 27). Runs on the main thread after both modes, when nothing else writes b.
+ *
+ * Percentiles are core's histogram's (rill_hist.h; see record() below), not sorts of the
+ * samples, as STYLE.md rule 19 asks of latencies: one histogram refilled per figure, no array
+ * of samples, and the precision stated once in core. The figures in docs/benchmarks.md recorded
+ * before 2026-12-02 were exact order statistics of sorted samples.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "rill_alloc.h"
+#include "rill_hist.h"
+#include "stream_internal.h"
+
+/* Percentiles come from core's histogram (rill_hist.h), recorded in integer units fine enough
+ * that its 1/32 bucket width is the only rounding: nanoseconds for times, tokens for backlogs,
+ * millionths for ratios. Each is the nearest-rank sample (the smallest rank >= q * n) reported
+ * as the upper edge of its bucket: within 1/32 above the sample, exact for the minimum and the
+ * maximum and below 32 units. One histogram is refilled for each figure. */
+static void record(rill_hist_t *h, int64_t v) {
+    rill_hist_record(h, v > 0 ? (uint64_t)v : 0); /* a negative difference counts as 0 */
+}
+
+/* Quantile q of h in units of `unit` (1e6: ns to ms); NAN when h is empty. */
+static double pct(const rill_hist_t *h, double q, double unit) {
+    return h->count > 0 ? (double)rill_hist_quantile(h, q) / unit : NAN;
+}
+
+static bool ok(const result_t *r) {
+    return r->done && r->status == RILL_OK && r->first_ns > 0;
+}
+
+static int64_t ttft_ns(const result_t *r) {
+    return r->first_ns - r->arrival_ns;
+}
+
+static void json_num(FILE *f, const char *key, double v) {
+    if (isfinite(v)) {
+        fprintf(f, ",\"%s\":%.3f", key, v);
+    } else {
+        fprintf(f, ",\"%s\":null", key);
+    }
+}
+
+static void write_question(FILE *f, const bench_t *b, const question_t *q, const char *mode,
+                           const result_t *r) {
+    fprintf(f,
+            "{\"bench\":\"stream\",\"mode\":\"%s\",\"session\":%d,\"q\":%d,\"kind\":%d,"
+            "\"t_s\":%.3f,\"context\":%d,\"bucket\":%d,\"n_question\":%d,\"status\":\"%s\"",
+            mode, q->session, q->index, q->kind, (double)q->t_ns / 1e9, q->context,
+            b->buckets[q->bucket], b->n_qtok[q->kind], rill_err_name(r->status));
+    bool good = ok(r);
+    json_num(f, "ttft_ms", good ? (double)ttft_ns(r) / 1e6 : NAN);
+    json_num(f, "total_ms", good ? (double)(r->done_ns - r->arrival_ns) / 1e6 : NAN);
+    json_num(f, "engine_ttft_ms", good ? (double)r->engine_ttft_ns / 1e6 : NAN);
+    json_num(f, "ttft_compute_ms", good ? (double)r->ttft_compute_ns / 1e6 : NAN);
+    fprintf(f, ",\"backlog\":%lld,\"engine_context\":%d", (long long)r->backlog, r->engine_context);
+    if (r == &q->rill) {
+        json_num(f, "standing_age_ms",
+                 r->standing_age_ns >= 0 ? (double)r->standing_age_ns / 1e6 : NAN);
+    }
+    int32_t n = r->n_answer < (int32_t)b->o.answer ? r->n_answer : (int32_t)b->o.answer;
+    fprintf(f, ",\"n_answer\":%d,\"answer\":", r->n_answer);
+    rill__stream_json_ids(f, r->answer, n);
+    fprintf(f, "}\n");
+}
+
+typedef struct summary {
+    int64_t n, failed;
+    double p50, p90, p99;
+    double bp50[MAX_BUCKETS], bp90[MAX_BUCKETS], bp99[MAX_BUCKETS];
+    int64_t bn[MAX_BUCKETS];
+    double ratio[MAX_BUCKETS]; /* stateless: median over its questions of stateless / rill */
+} summary_t;
+
+static void summarize(const bench_t *b, bool stateless, rill_hist_t *h, summary_t *sm) {
+    memset(sm, 0, sizeof *sm);
+    rill_hist_init(h);
+    for (int64_t i = 0; i < b->n_qs; i++) {
+        const question_t *q = &b->qs[i];
+        const result_t *r = stateless ? &q->stateless : &q->rill;
+        if (stateless && !q->sampled) {
+            continue;
+        }
+        if (ok(r)) {
+            record(h, ttft_ns(r));
+        } else {
+            sm->failed++;
+        }
+    }
+    sm->n = (int64_t)h->count;
+    sm->p50 = pct(h, 0.50, 1e6);
+    sm->p90 = pct(h, 0.90, 1e6);
+    sm->p99 = pct(h, 0.99, 1e6);
+    for (int k = 0; k < b->n_buckets; k++) {
+        rill_hist_init(h);
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            const question_t *q = &b->qs[i];
+            const result_t *r = stateless ? &q->stateless : &q->rill;
+            if (q->bucket == k && (!stateless || q->sampled) && ok(r)) {
+                record(h, ttft_ns(r));
+            }
+        }
+        sm->bn[k] = (int64_t)h->count;
+        sm->bp50[k] = pct(h, 0.50, 1e6);
+        sm->bp90[k] = pct(h, 0.90, 1e6);
+        sm->bp99[k] = pct(h, 0.99, 1e6);
+        rill_hist_init(h); /* stateless / rill per question, in millionths */
+        for (int64_t i = 0; i < b->n_qs && stateless; i++) {
+            const question_t *q = &b->qs[i];
+            if (q->bucket == k && q->sampled && ok(&q->stateless) && ok(&q->rill)) {
+                double ratio = (double)ttft_ns(&q->stateless) / (double)ttft_ns(&q->rill);
+                record(h, llround(ratio * 1e6));
+            }
+        }
+        sm->ratio[k] = pct(h, 0.50, 1e6);
+    }
+}
+
+static void json_buckets(FILE *f, const bench_t *b, const summary_t *sm, bool ratio) {
+    fprintf(f, ",\"buckets\":[");
+    for (int k = 0; k < b->n_buckets; k++) {
+        fprintf(f, "%s{\"le\":%d,\"n\":%lld", k ? "," : "", b->buckets[k], (long long)sm->bn[k]);
+        json_num(f, "ttft_p50_ms", sm->bp50[k]);
+        json_num(f, "ttft_p90_ms", sm->bp90[k]);
+        json_num(f, "ttft_p99_ms", sm->bp99[k]);
+        if (ratio) {
+            json_num(f, "over_rill", sm->ratio[k]);
+        }
+        fputc('}', f);
+    }
+    fputc(']', f);
+}
+
+static void write_summary(FILE *f, const bench_t *b, const char *mode, const summary_t *sm,
+                          const double *extra, int n_extra, const char *const *extra_keys) {
+    fprintf(f,
+            "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
+            "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
+            "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"f16\","
+            "\"standing\":%s,\"max_delay_ms\":%g,\"questions\":%lld,\"failed\":%lld",
+            mode, rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate,
+            (long long)b->o.every, (long long)b->o.answer, (long long)b->o.context,
+            rill_backend_n_threads(b->l.be), rill_backend_name(b->l.be),
+            rill_attn_name(rill_backend_attn(b->l.be)), (long long)b->o.seed,
+            b->o.no_standing ? "false" : "true",
+            strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, (long long)sm->n,
+            (long long)sm->failed);
+    json_num(f, "ttft_p50_ms", sm->p50);
+    json_num(f, "ttft_p90_ms", sm->p90);
+    json_num(f, "ttft_p99_ms", sm->p99);
+    json_num(f, "p99_over_p50", sm->p99 / sm->p50);
+    for (int i = 0; i < n_extra; i++) {
+        json_num(f, extra_keys[i], extra[i]);
+    }
+    json_buckets(f, b, sm, strcmp(mode, "stateless") == 0);
+    fprintf(f, "}\n");
+}
+
+static void fmt_ms(char *buf, size_t cap, double v) {
+    if (isfinite(v)) {
+        snprintf(buf, cap, "%.1f", v);
+    } else {
+        snprintf(buf, cap, "-");
+    }
+}
+
+int rill__stream_report(bench_t *b) {
+    rill_hist_t *h = rill_malloc(RILL_MEM_OTHER, sizeof *h);
+    if (h == NULL) {
+        fprintf(stderr, "rill bench stream: out of memory\n");
+        return 1;
+    }
+    summary_t rs, ss;
+    summarize(b, false, h, &rs);
+    summarize(b, true, h, &ss);
+    /* standing answer age at the questions, ingest acknowledgement, feed lateness */
+    int64_t mismatch = 0;
+    rill_hist_init(h);
+    for (int64_t i = 0; i < b->n_qs; i++) {
+        const result_t *r = &b->qs[i].rill;
+        if (r->standing_age_ns >= 0) {
+            record(h, r->standing_age_ns);
+        }
+        mismatch += ok(r) && r->engine_context != b->qs[i].context;
+    }
+    double age50 = pct(h, 0.5, 1e6), age99 = pct(h, 0.99, 1e6);
+    rill_hist_init(h);
+    double late_max = 0;
+    for (int32_t s = 0; s < (int32_t)b->o.sessions; s++) {
+        for (int64_t c = 0; c < b->ss[s].n_chunks; c++) {
+            record(h, b->ss[s].chunks[c].ack_ns);
+            double late = (double)b->ss[s].chunks[c].late_ns / 1e6;
+            late_max = late > late_max ? late : late_max;
+        }
+    }
+    double ack50 = pct(h, 0.5, 1e6), ack99 = pct(h, 0.99, 1e6);
+    rill_hist_init(h); /* TTFT from the submission (after the preceding chunk was acknowledged) */
+    for (int64_t i = 0; i < b->n_qs; i++) {
+        const result_t *r = &b->qs[i].rill;
+        if (ok(r)) {
+            record(h, r->engine_ttft_ns);
+        }
+    }
+    double eng50 = pct(h, 0.5, 1e6), eng99 = pct(h, 0.99, 1e6);
+    /* what a question's TTFT (from the ask call) was made of: the steps of its own work (its
+     * question and the backlog of its session it waited for), the rest behind other work */
+    double own[2], other[2], backlog[2];
+    for (int k = 0; k < 3; k++) {
+        rill_hist_init(h);
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            const result_t *r = &b->qs[i].rill;
+            if (ok(r)) {
+                record(h, k == 0   ? r->ttft_compute_ns
+                          : k == 1 ? r->engine_ttft_ns - r->ttft_compute_ns
+                                   : r->backlog);
+            }
+        }
+        double *o = k == 0 ? own : k == 1 ? other : backlog;
+        double unit = k < 2 ? 1e6 : 1; /* ns to ms; tokens */
+        o[0] = pct(h, 0.5, unit);
+        o[1] = pct(h, 0.99, unit);
+    }
+    double steal = NAN; /* % of the host's CPU time taken by the hypervisor during the stream */
+    if (b->c0.ok && b->c1.ok && b->c1.total > b->c0.total) {
+        steal = 100.0 * (double)(b->c1.steal - b->c0.steal) / (double)(b->c1.total - b->c0.total);
+    }
+    double busy = (double)(b->s1.busy_ns - b->s0.busy_ns);
+    double idle = (double)(b->s1.idle_ns - b->s0.idle_ns);
+    double util = busy + idle > 0 ? busy / (busy + idle) : NAN;
+    int64_t refreshes = 0, abandoned = 0;
+    for (int32_t s = 0; s < (int32_t)b->o.sessions && !b->o.no_standing; s++) {
+        refreshes += b->sinfo[s].refreshes;
+        abandoned += b->sinfo[s].abandoned;
+    }
+    int64_t tok[RILL_SCHED_N_CLASSES], tok_all = 0;
+    for (int c = 0; c < RILL_SCHED_N_CLASSES; c++) {
+        tok[c] = b->s1.tokens[c] - b->s0.tokens[c];
+        tok_all += tok[c];
+    }
+    int64_t steps = b->s1.steps - b->s0.steps, preempted = b->s1.preempted - b->s0.preempted;
+    int64_t filler = b->s1.question_step_filler - b->s0.question_step_filler;
+    double step_ms = steps > 0 ? busy / 1e6 / (double)steps : NAN;
+    double step_tok = steps > 0 ? (double)tok_all / (double)steps : NAN;
+
+    printf("rill bench stream: %s, %lld sessions, %g ticks/s each, a question every %lld "
+           "ticks (%lld in all), answers of %lld tokens, context up to %lld, %d threads, KV F16\n",
+           rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate, (long long)b->o.every,
+           (long long)b->n_qs, (long long)b->o.answer, (long long)b->o.context,
+           rill_backend_n_threads(b->l.be));
+    printf("\n| context <= | questions | rill TTFT p50 ms | p90 | p99 | stateless (a) n | "
+           "(a) TTFT p50 ms | (a) / rill |\n|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < b->n_buckets; k++) {
+        char a[32], c[32], d[32], e[32], g[32];
+        fmt_ms(a, sizeof a, rs.bp50[k]);
+        fmt_ms(c, sizeof c, rs.bp90[k]);
+        fmt_ms(d, sizeof d, rs.bp99[k]);
+        fmt_ms(e, sizeof e, ss.bp50[k]);
+        fmt_ms(g, sizeof g, ss.ratio[k]);
+        printf("| %d | %lld | %s | %s | %s | %lld | %s | %s%s |\n", b->buckets[k],
+               (long long)rs.bn[k], a, c, d, (long long)ss.bn[k], e, g,
+               isfinite(ss.ratio[k]) ? "x" : "");
+    }
+    printf("\nrill: TTFT p50 %.1f ms, p90 %.1f, p99 %.1f (p99/p50 %.2f) over %lld questions "
+           "(%lld failed); engine utilization %.1f%% over the %.1f s stream; tokens ingest %lld, "
+           "prefill %lld, decode %lld, standing %lld; drain after the stream %.0f ms\n",
+           rs.p50, rs.p90, rs.p99, rs.p99 / rs.p50, (long long)rs.n, (long long)rs.failed,
+           100 * util, (double)b->stream_ns / 1e9, (long long)tok[RILL_SCHED_INGEST],
+           (long long)tok[RILL_SCHED_PREFILL], (long long)tok[RILL_SCHED_DECODE],
+           (long long)tok[RILL_SCHED_STANDING], (double)b->drain_ns / 1e6);
+    printf("engine steps %lld: %.1f ms and %.1f tokens each on average; step cap at the end %d "
+           "tokens (%.2f ms a token estimated); %lld steps of lower work preempted by a question; "
+           "%lld ingest tokens in steps with question work\n",
+           (long long)steps, step_ms, step_tok, b->s1.chunk_cap, b->s1.ns_per_token / 1e6,
+           (long long)preempted, (long long)filler);
+    printf("ingest acknowledgement (on_ack) p50 %.2f ms, p99 %.2f ms after the call; feeder at "
+           "most %.1f ms late; TTFT from the ask call p50 %.1f ms, p99 %.1f ms\n",
+           ack50, ack99, late_max, eng50, eng99);
+    printf("TTFT from the ask call made of: its own steps (its question and the %.0f tokens "
+           "(p50; p99 %.0f) of its session's backlog it waited for) p50 %.1f ms, p99 %.1f ms; "
+           "behind other work p50 %.1f ms, p99 %.1f ms\n",
+           backlog[0], backlog[1], own[0], own[1], other[0], other[1]);
+    if (isfinite(steal)) {
+        printf("host: %.1f%% of its CPU time was stolen by the hypervisor during the stream (a "
+               "noisy machine: compare runs side by side)\n",
+               steal);
+    }
+    if (!b->o.no_standing) {
+        printf("standing queries: answer age at the questions p50 %.0f ms, p99 %.0f ms; %lld "
+               "refreshes, %lld abandoned\n",
+               age50, age99, (long long)refreshes, (long long)abandoned);
+    }
+    if (mismatch > 0) {
+        printf("%lld questions were answered on more context than was acknowledged when they "
+               "were asked (the engine was behind the feed)\n",
+               (long long)mismatch);
+    }
+
+    int rc = 0;
+    if (b->o.json_path != NULL) {
+        FILE *f = fopen(b->o.json_path, "w");
+        if (f == NULL) {
+            fprintf(stderr, "rill bench stream: cannot write %s: %s\n", b->o.json_path,
+                    strerror(errno));
+            rill_free(h);
+            return 1;
+        }
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            write_question(f, b, &b->qs[i], "rill", &b->qs[i].rill);
+        }
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            if (b->qs[i].sampled) {
+                write_question(f, b, &b->qs[i], "stateless", &b->qs[i].stateless);
+            }
+        }
+        static const char *const rk[] = { "utilization",
+                                          "stream_s",
+                                          "drain_ms",
+                                          "standing_age_p50_ms",
+                                          "standing_age_p99_ms",
+                                          "standing_refreshes",
+                                          "standing_abandoned",
+                                          "ingest_ack_p50_ms",
+                                          "ingest_ack_p99_ms",
+                                          "feed_late_max_ms",
+                                          "tokens_ingest",
+                                          "tokens_prefill",
+                                          "tokens_decode",
+                                          "tokens_standing",
+                                          "context_mismatch",
+                                          "steps",
+                                          "steps_preempted",
+                                          "question_step_filler",
+                                          "step_ms",
+                                          "step_tokens",
+                                          "chunk_cap_end",
+                                          "engine_ttft_p50_ms",
+                                          "engine_ttft_p99_ms",
+                                          "ttft_own_p50_ms",
+                                          "ttft_own_p99_ms",
+                                          "ttft_other_p50_ms",
+                                          "ttft_other_p99_ms",
+                                          "backlog_p50",
+                                          "backlog_p99",
+                                          "host_steal_pct" };
+        double rv[] = { util,
+                        (double)b->stream_ns / 1e9,
+                        (double)b->drain_ns / 1e6,
+                        b->o.no_standing ? NAN : age50,
+                        b->o.no_standing ? NAN : age99,
+                        (double)refreshes,
+                        (double)abandoned,
+                        ack50,
+                        ack99,
+                        late_max,
+                        (double)tok[RILL_SCHED_INGEST],
+                        (double)tok[RILL_SCHED_PREFILL],
+                        (double)tok[RILL_SCHED_DECODE],
+                        (double)tok[RILL_SCHED_STANDING],
+                        (double)mismatch,
+                        (double)steps,
+                        (double)preempted,
+                        (double)filler,
+                        step_ms,
+                        step_tok,
+                        (double)b->s1.chunk_cap,
+                        eng50,
+                        eng99,
+                        own[0],
+                        own[1],
+                        other[0],
+                        other[1],
+                        backlog[0],
+                        backlog[1],
+                        steal };
+        write_summary(f, b, "rill", &rs, rv, (int)(sizeof rv / sizeof rv[0]), rk);
+        if (ss.n + ss.failed > 0) {
+            write_summary(f, b, "stateless", &ss, NULL, 0, NULL);
+        }
+        if (fclose(f) != 0) {
+            fprintf(stderr, "rill bench stream: cannot write %s\n", b->o.json_path);
+            rc = 1;
+        }
+    }
+    /* STYLE.md rule 27: the machine-readable line on stdout too */
+    printf("{\"bench\":\"stream\",\"sessions\":%lld,\"context\":%lld,\"questions\":%lld,"
+           "\"failed\":%lld,\"rill_ttft_p50_ms\":%.3f,\"rill_ttft_p99_ms\":%.3f,"
+           "\"utilization\":%.4f}\n",
+           (long long)b->o.sessions, (long long)b->o.context, (long long)rs.n,
+           (long long)(rs.failed + ss.failed), isfinite(rs.p50) ? rs.p50 : -1,
+           isfinite(rs.p99) ? rs.p99 : -1, isfinite(util) ? util : -1);
+    rill_free(h);
+    return rc != 0 ? rc : (rs.failed + ss.failed > 0 ? 1 : 0);
+}
