@@ -1,13 +1,16 @@
 /*
  * log.c - the per-session ingest log: an append-only file of the session's raw input, one
- * record per input call, written before the call is applied; and its replay.
+ * record per input call, written before the call is applied; and reading it back in order.
  *
  * Layout (little-endian; docs/architecture.md, "Sessions: durability"):
  *   header, LOG_HDR bytes: "RILLLOG\0", u32 version (1), u32 header bytes (128), u64 uid,
  *     u64 first_seq, the model fingerprint (64 bytes), u32 sink_slots, u32 window_slots,
  *     u32 evict_pages, 12 zero bytes, u32 CRC-32C of the 124 bytes before it;
  *   records: u32 CRC-32C of everything after it, u32 payload length, u32 type, u32 zero,
- *     u64 seq, payload. Sequence numbers are consecutive from first_seq.
+ *     u64 seq, payload. Sequence numbers are consecutive from first_seq. The types and their
+ *     payloads are record.c's (session_internal.h lists them); this file moves bytes and does
+ *     not know what a record means, so it never calls back into the session: replay is
+ *     record.c reading records through rill__log_reader_next() and applying them.
  *
  * Design. A record is written with one writev() at the end of the file (O_APPEND) before the
  * call is applied, so that a crash in the middle of the apply still finds the input; a call
@@ -24,8 +27,13 @@
  * may expose a zero-filled extent after a crash); the same damage before the tail is corruption
  * (RILL_ECORRUPT with the byte offset), because acknowledged records would follow it.
  *
+ * Version. Still 1: adding record type 5 (replace) changed no byte of the layout, and a reader
+ * already refuses a type it does not know (RILL_EUNSUPPORTED with the offset) rather than
+ * guessing, so a log without replace records is readable by builds before and after it, and an
+ * older build refuses a log with one cleanly.
+ *
  * Memory: a log is one small struct and its path; writing allocates nothing (header on the
- * stack, payload straight from the caller). Replay grows one payload buffer to the largest
+ * stack, payload straight from the caller). The reader grows one payload buffer to the largest
  * record.
  */
 #include <errno.h>
@@ -186,7 +194,8 @@ static rill_err_t do_sync(rill__log_t *lg) {
     return RILL_OK;
 }
 
-rill_err_t rill__log_write(rill_session_t *s, uint32_t type, const void *payload, size_t len) {
+rill_err_t rill__log_write(rill_session_t *s, uint32_t type, const void *a, size_t na,
+                           const void *b, size_t nb) {
     rill__log_t *lg = s->log;
     if (lg == NULL) {
         return RILL_OK;
@@ -197,7 +206,8 @@ rill_err_t rill__log_write(rill_session_t *s, uint32_t type, const void *payload
                                   "a new one",
                                   lg->path);
     }
-    if (len > RILL__LOG_MAX_PAYLOAD) {
+    size_t len = na + nb;
+    if (na > RILL__LOG_MAX_PAYLOAD || nb > RILL__LOG_MAX_PAYLOAD || len > RILL__LOG_MAX_PAYLOAD) {
         return rill__session_fail(s, RILL_ERANGE, "input of %zu bytes exceeds a log record (%u)",
                                   len, RILL__LOG_MAX_PAYLOAD);
     }
@@ -207,10 +217,18 @@ rill_err_t rill__log_write(rill_session_t *s, uint32_t type, const void *payload
     rill__put_u32(h + 12, 0);
     rill__put_u64(h + 16, (uint64_t)s->seq + 1);
     uint32_t crc = rill__crc32c(0, h + 4, REC_HDR - 4);
-    rill__put_u32(h, rill__crc32c(crc, payload, len));
-    struct iovec iov[2] = { { h, REC_HDR }, { (void *)payload, len } };
+    crc = rill__crc32c(crc, a, na);
+    rill__put_u32(h, rill__crc32c(crc, b, nb));
+    struct iovec iov[3] = { { h, REC_HDR } };
+    int n_iov = 1;
+    if (na > 0) {
+        iov[n_iov++] = (struct iovec){ (void *)a, na };
+    }
+    if (nb > 0) {
+        iov[n_iov++] = (struct iovec){ (void *)b, nb };
+    }
     int64_t at = lg->size;
-    if (rill__io_writev(lg->fd, iov, len > 0 ? 2 : 1) != 0) {
+    if (rill__io_writev(lg->fd, iov, n_iov) != 0) {
         int e = errno;
         cut(lg, at); /* a partial write must not stay as a torn record before later ones */
         return rill__session_fail(s, RILL_EIO, "writing ingest log %s: %s", lg->path, strerror(e));
@@ -293,15 +311,10 @@ rill_err_t rill_session_close_log(rill_session_t *s) {
     return RILL_OK;
 }
 
-/* ---- reading and replay --------------------------------------------------------------------- */
-
-typedef struct log_header {
-    uint64_t uid, first_seq;
-    int32_t sink_slots, window_slots, evict_pages;
-} log_header_t;
+/* ---- reading -------------------------------------------------------------------------------- */
 
 static rill_err_t read_header(const rill_session_pool_t *p, int fd, int64_t size, const char *path,
-                              log_header_t *hd, char *msg, size_t msglen) {
+                              rill__log_header_t *hd, char *msg, size_t msglen) {
     unsigned char h[LOG_HDR];
     size_t have = size < LOG_HDR ? (size_t)size : LOG_HDR;
     if (have > 0 && rill__io_pread(fd, h, have, 0) != 0) {
@@ -384,227 +397,189 @@ static bool zeros_to_end(int fd, int64_t off, int64_t size) {
     return true;
 }
 
-/* Applies one record to s (no log is attached during replay). */
-static rill_err_t apply(rill_session_t *s, uint32_t type, const unsigned char *pl, uint32_t len) {
-    switch (type) {
-    case RILL__REC_TOKENS:
-        return rill__session_append(s, (const int32_t *)(const void *)pl, (int32_t)(len / 4));
-    case RILL__REC_TEXT:
-        return rill__session_append_text(s, (const char *)pl, len, false);
-    case RILL__REC_FLUSH:
-        return rill__session_flush_text(s, false);
-    default: {
-        int32_t pos;
-        memcpy(&pos, pl, 4);
-        return rill__session_rollback(s, pos);
+struct rill__log_reader {
+    int fd;
+    char *path;
+    int64_t size;    /* of the file */
+    int64_t off;     /* of the next record */
+    int64_t last;    /* sequence number of the last record read */
+    int64_t torn_at; /* a torn tail starts here, or -1 */
+    unsigned char *buf;
+    size_t cap;
+};
+
+void rill__log_reader_close(rill__log_reader_t **rdp) {
+    if (rdp == NULL || *rdp == NULL) {
+        return;
     }
+    rill__log_reader_t *rd = *rdp;
+    if (rd->fd >= 0) {
+        close(rd->fd);
     }
+    rill_free(rd->path);
+    rill_free(rd->buf);
+    rill_free(rd);
+    *rdp = NULL;
 }
 
-static bool payload_ok(uint32_t type, uint32_t len) {
-    switch (type) {
-    case RILL__REC_TOKENS:
-        return len % 4 == 0 && len > 0;
-    case RILL__REC_TEXT:
-        return len > 0;
-    case RILL__REC_FLUSH:
-        return len == 0;
-    case RILL__REC_ROLLBACK:
-        return len == 4;
-    default:
-        return false;
-    }
-}
-
-rill_err_t rill__log_restore(rill_session_pool_t *p, rill_session_t **sp, const char *path,
-                             rill_session_fsync_t policy, char *msg, size_t msglen) {
+rill_err_t rill__log_reader_open(const rill_session_pool_t *p, const char *path,
+                                 rill__log_header_t *hd, rill__log_reader_t **out, char *msg,
+                                 size_t msglen) {
     rill_err_t err = RILL_OK;
-    bool created = false;
-    rill_session_t *s = *sp;
-    unsigned char *buf = NULL;
-    size_t cap = 0;
-    rill__log_t *lg = NULL;
-    int fd = rill__io_open(path, O_RDWR | O_APPEND, 0);
-    if (fd < 0) {
+    *out = NULL;
+    rill__log_reader_t *rd = rill_calloc(RILL_MEM_SESSIONS, 1, sizeof *rd);
+    if (rd == NULL || (rd->path = rill_strdup(RILL_MEM_SESSIONS, path)) == NULL) {
+        rill_free(rd);
+        snprintf(msg, msglen, "out of memory");
+        return RILL_ENOMEM;
+    }
+    rd->fd = rill__io_open(path, O_RDWR | O_APPEND, 0);
+    if (rd->fd < 0) {
         err = rill__io_err(errno);
         snprintf(msg, msglen, "cannot open the log %s: %s", path, strerror(errno));
         goto cleanup;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (flock(rd->fd, LOCK_EX | LOCK_NB) != 0) {
         err = errno == EWOULDBLOCK ? RILL_EBUSY : RILL_EIO;
         snprintf(msg, msglen, "log %s is in use by another session or process", path);
         goto cleanup;
     }
-    int64_t size = rill__io_file_size(fd);
-    if (size < 0) {
+    rd->size = rill__io_file_size(rd->fd);
+    if (rd->size < 0) {
         err = RILL_EIO;
         snprintf(msg, msglen, "log %s: %s", path, strerror(errno));
         goto cleanup;
     }
-    log_header_t hd;
-    RILL_TRY(read_header(p, fd, size, path, &hd, msg, msglen));
-    if (s == NULL) {
-        if (hd.first_seq != 1) {
-            err = RILL_EINVAL;
-            snprintf(msg, msglen,
-                     "log %s begins at record %llu: restoring it needs the snapshot that covers "
-                     "the records before",
-                     path, (unsigned long long)hd.first_seq);
-            goto cleanup;
-        }
-        RILL_TRY(rill__session_alloc(p, hd.sink_slots, hd.window_slots, hd.evict_pages, &s));
-        created = true;
-        s->uid = hd.uid;
-    } else {
-        if (hd.uid != s->uid) {
-            err = RILL_EINVAL;
-            snprintf(msg, msglen, "log %s belongs to another session (%016llx, snapshot %016llx)",
-                     path, (unsigned long long)hd.uid, (unsigned long long)s->uid);
-            goto cleanup;
-        }
-        if (hd.sink_slots != s->sink_slots || hd.window_slots != s->window_slots ||
-            hd.evict_pages != s->evict_pages) {
-            err = RILL_EINVAL;
-            snprintf(msg, msglen, "log %s has another window policy than the snapshot", path);
-            goto cleanup;
-        }
-        if (hd.first_seq > (uint64_t)s->seq + 1) {
-            err = RILL_EINVAL;
-            snprintf(msg, msglen,
-                     "log %s begins at record %llu but the snapshot covers records up to %lld: "
-                     "records in between are missing",
-                     path, (unsigned long long)hd.first_seq, (long long)s->seq);
-            goto cleanup;
-        }
+    RILL_TRY(read_header(p, rd->fd, rd->size, path, hd, msg, msglen));
+    rd->off = LOG_HDR;
+    rd->last = (int64_t)hd->first_seq - 1;
+    rd->torn_at = -1;
+    *out = rd;
+    return RILL_OK;
+cleanup:
+    rill__log_reader_close(&rd);
+    return err;
+}
+
+int64_t rill__log_reader_last(const rill__log_reader_t *rd) {
+    return rd->last;
+}
+
+rill_err_t rill__log_reader_next(rill__log_reader_t *rd, rill__log_record_t *rec, char *msg,
+                                 size_t msglen) {
+    memset(rec, 0, sizeof *rec);
+    const char *path = rd->path;
+    int64_t off = rd->off, size = rd->size;
+    if (off >= size || rd->torn_at >= 0) {
+        return RILL_OK;
     }
-    int64_t off = LOG_HDR, last = (int64_t)hd.first_seq - 1, torn_at = -1;
-    while (off < size) {
-        unsigned char h[REC_HDR];
-        if (size - off < REC_HDR) {
-            torn_at = off;
-            break;
-        }
-        if (rill__io_pread(fd, h, REC_HDR, off) != 0) {
-            err = RILL_EIO;
-            snprintf(msg, msglen, "log %s: read error at offset %lld", path, (long long)off);
-            goto cleanup;
-        }
-        uint32_t len = rill__get_u32(h + 4), type = rill__get_u32(h + 8);
-        uint64_t seq = rill__get_u64(h + 16);
-        int64_t end = off + REC_HDR + (int64_t)len;
-        if (end > size) {
-            torn_at = off; /* the file ends inside this record */
-            break;
-        }
-        if (len > cap) {
-            if (len > RILL__LOG_MAX_PAYLOAD) {
-                err = RILL_ECORRUPT;
-                snprintf(msg, msglen, "log %s: record at offset %lld has length %u", path,
-                         (long long)off, len);
-                goto cleanup;
-            }
-            unsigned char *grown = rill_realloc(RILL_MEM_SESSIONS, buf, len);
-            if (grown == NULL) {
-                err = RILL_ENOMEM;
-                snprintf(msg, msglen, "out of memory (log record of %u bytes)", len);
-                goto cleanup;
-            }
-            buf = grown;
-            cap = len;
-        }
-        if (len > 0 && rill__io_pread(fd, buf, len, off + REC_HDR) != 0) {
-            err = RILL_EIO;
-            snprintf(msg, msglen, "log %s: read error at offset %lld", path, (long long)off);
-            goto cleanup;
-        }
-        uint32_t crc = rill__crc32c(rill__crc32c(0, h + 4, REC_HDR - 4), buf, len);
-        if (crc != rill__get_u32(h)) {
-            if (end == size || zeros_to_end(fd, off, size)) {
-                torn_at = off;
-                break;
-            }
-            err = RILL_ECORRUPT;
-            snprintf(msg, msglen,
-                     "log %s: record at offset %lld: checksum mismatch (%lld bytes follow it)",
-                     path, (long long)off, (long long)(size - end));
-            goto cleanup;
-        }
-        if (seq != (uint64_t)last + 1) {
-            err = RILL_ECORRUPT;
-            snprintf(msg, msglen,
-                     "log %s: record at offset %lld has sequence number %llu, "
-                     "expected %lld",
-                     path, (long long)off, (unsigned long long)seq, (long long)last + 1);
-            goto cleanup;
-        }
-        if (rill__get_u32(h + 12) != 0 || !payload_ok(type, len)) {
-            err = type >= 1 && type <= 4 ? RILL_ECORRUPT : RILL_EUNSUPPORTED;
-            snprintf(msg, msglen, "log %s: record at offset %lld: type %u with %u bytes", path,
-                     (long long)off, type, len);
-            goto cleanup;
-        }
-        if ((int64_t)seq > s->seq) {
-            err = apply(s, type, buf, len);
-            if (err != RILL_OK) {
-                snprintf(msg, msglen, "log %s: replaying record %llu (offset %lld): %s", path,
-                         (unsigned long long)seq, (long long)off,
-                         s->err[0] ? s->err : rill_strerror(err));
-                goto cleanup;
-            }
-            s->seq = (int64_t)seq;
-        }
-        last = (int64_t)seq;
-        off = end;
+    unsigned char h[REC_HDR];
+    if (size - off < REC_HDR) {
+        rd->torn_at = off;
+        return RILL_OK;
     }
-    if (last < s->seq) {
+    if (rill__io_pread(rd->fd, h, REC_HDR, off) != 0) {
+        snprintf(msg, msglen, "log %s: read error at offset %lld", path, (long long)off);
+        return RILL_EIO;
+    }
+    uint32_t len = rill__get_u32(h + 4);
+    uint64_t seq = rill__get_u64(h + 16);
+    int64_t end = off + REC_HDR + (int64_t)len;
+    if (end > size) {
+        rd->torn_at = off; /* the file ends inside this record */
+        return RILL_OK;
+    }
+    if (len > rd->cap) {
+        if (len > RILL__LOG_MAX_PAYLOAD) {
+            snprintf(msg, msglen, "log %s: record at offset %lld has length %u", path,
+                     (long long)off, len);
+            return RILL_ECORRUPT;
+        }
+        unsigned char *grown = rill_realloc(RILL_MEM_SESSIONS, rd->buf, len);
+        if (grown == NULL) {
+            snprintf(msg, msglen, "out of memory (log record of %u bytes)", len);
+            return RILL_ENOMEM;
+        }
+        rd->buf = grown;
+        rd->cap = len;
+    }
+    if (len > 0 && rill__io_pread(rd->fd, rd->buf, len, off + REC_HDR) != 0) {
+        snprintf(msg, msglen, "log %s: read error at offset %lld", path, (long long)off);
+        return RILL_EIO;
+    }
+    uint32_t crc = rill__crc32c(rill__crc32c(0, h + 4, REC_HDR - 4), rd->buf, len);
+    if (crc != rill__get_u32(h)) {
+        if (end == size || zeros_to_end(rd->fd, off, size)) {
+            rd->torn_at = off;
+            return RILL_OK;
+        }
+        snprintf(msg, msglen,
+                 "log %s: record at offset %lld: checksum mismatch (%lld bytes follow it)", path,
+                 (long long)off, (long long)(size - end));
+        return RILL_ECORRUPT;
+    }
+    if (seq != (uint64_t)rd->last + 1) {
+        snprintf(msg, msglen,
+                 "log %s: record at offset %lld has sequence number %llu, "
+                 "expected %lld",
+                 path, (long long)off, (unsigned long long)seq, (long long)rd->last + 1);
+        return RILL_ECORRUPT;
+    }
+    rec->type = rill__get_u32(h + 8);
+    rec->reserved = rill__get_u32(h + 12);
+    rec->seq = seq;
+    rec->payload = rd->buf;
+    rec->len = len;
+    rec->off = off;
+    rd->last = (int64_t)seq;
+    rd->off = end;
+    return RILL_OK;
+}
+
+rill_err_t rill__log_reader_attach(rill__log_reader_t **rdp, rill_session_t *s,
+                                   rill_session_fsync_t policy, char *msg, size_t msglen) {
+    rill__log_reader_t *rd = *rdp;
+    rill__log_t *lg = NULL;
+    const char *path = rd->path;
+    if (rd->last < s->seq) {
         /* The log lost records that the snapshot holds: continuing it would leave a gap. */
         RILL_LOGW("log %s ends at record %lld but the snapshot covers %lld: starting it afresh",
-                  path, (long long)last, (long long)s->seq);
-        RILL_TRY(create_log(s, path, policy, (uint64_t)s->seq + 1, true, &lg, msg, msglen));
-        close(fd);
-        fd = -1;
+                  path, (long long)rd->last, (long long)s->seq);
+        rill_err_t err = create_log(s, path, policy, (uint64_t)s->seq + 1, true, &lg, msg, msglen);
+        if (err != RILL_OK) {
+            return err;
+        }
     } else {
         lg = rill_calloc(RILL_MEM_SESSIONS, 1, sizeof *lg);
         if (lg != NULL) {
             lg->path = rill_strdup(RILL_MEM_SESSIONS, path);
         }
         if (lg == NULL || lg->path == NULL) {
-            err = RILL_ENOMEM;
+            if (lg != NULL) {
+                rill_free(lg);
+            }
             snprintf(msg, msglen, "out of memory");
-            goto cleanup;
+            return RILL_ENOMEM;
         }
-        if (torn_at >= 0) {
-            if (rill__io_ftruncate(fd, torn_at) != 0 || rill__io_fsync(fd, true) != 0) {
-                err = RILL_EIO;
+        if (rd->torn_at >= 0) {
+            if (rill__io_ftruncate(rd->fd, rd->torn_at) != 0 || rill__io_fsync(rd->fd, true) != 0) {
                 snprintf(msg, msglen, "log %s: cannot cut the torn record: %s", path,
                          strerror(errno));
-                goto cleanup;
+                rill_free(lg->path);
+                rill_free(lg);
+                return RILL_EIO;
             }
             RILL_LOGW("log %s: torn last record at offset %lld (%lld bytes) dropped", path,
-                      (long long)torn_at, (long long)(size - torn_at));
+                      (long long)rd->torn_at, (long long)(rd->size - rd->torn_at));
         }
-        lg->fd = fd;
+        lg->fd = rd->fd;
         lg->policy = policy;
-        lg->size = torn_at >= 0 ? torn_at : size;
+        lg->size = rd->torn_at >= 0 ? rd->torn_at : rd->size;
         lg->pending_at = -1;
         lg->last_sync_ns = rill_now_ns();
-        fd = -1;
+        rd->fd = -1; /* the log's now */
     }
-    rill_free(buf);
     s->log = lg;
-    *sp = s;
+    rill__log_reader_close(rdp);
     return RILL_OK;
-cleanup:
-    if (lg != NULL) {
-        rill_free(lg->path);
-        rill_free(lg);
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    rill_free(buf);
-    if (created) {
-        rill_session_destroy(&s);
-    }
-    return err;
 }

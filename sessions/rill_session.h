@@ -49,29 +49,57 @@
  * turned into the tokenizer's own space prefix). A flush is a text boundary: text appended after
  * it is tokenized as a new text (SPM: it gets the space prefix again).
  *
+ * Inputs are records (DESIGN.md section 7). Every input call (append, append_text, flush_text,
+ * rollback, adopt, replace_text, and their feed variants; generate appends through append) is
+ * one record, applied by one function whether it comes from a live call or from log replay, and
+ * makes the next version: rill_session_seq() after the call is the version that call created
+ * (what an ingest reply carries). A call that fails makes no version and changes nothing
+ * (exceptions: a forward-pass failure, stated per call).
+ *
+ * Replace (rill_session_replace_text). "From the input that made version V on, the text is T":
+ * afterwards the session is what it would be if the inputs before V had been given and then T
+ * as one text input (rill_session_append_text) instead of inputs V, V+1, ... whatever their
+ * kind (text, tokens, generated tokens, flushes, rollbacks, adopts, replaces). The token stream
+ * is therefore the stream before input V followed by the tokens of (the text held back before
+ * input V, then T), cut and held back as text append does: what a fresh session given the same
+ * final text in any chunks would hold. It is computed exactly and cheaply: the session rolls
+ * back to the longest common prefix of its stream and the new one and evaluates only the rest,
+ * so a recognizer that rewrites its tentative tail pays for the changed tokens. The replace is
+ * itself an input with the next version; the inputs it replaced are gone, so a later replace
+ * from any of their versions (or from the replace's own) returns to the same point as one from
+ * V. To find that point a session remembers its last RILL_SESSION_REPLACE_INPUTS inputs (where
+ * their tokens start, and the held-back text before each, at most RILL_SESSION_REPLACE_HELD
+ * bytes of it in all): a replace may not reach an input it no longer remembers, one whose
+ * earlier tokens a later rollback removed, or one that starts in tokens the window has evicted
+ * (judged as if every input had been evaluated at once, so that replay decides the same); those
+ * are RILL_ERANGE and change nothing. With a window, evictions the replaced inputs caused are
+ * not undone (as with rollback): the stream is exact, the resident part may be shorter than a
+ * fresh session's. A fork inherits the remembered inputs, a snapshot stores them, restore and
+ * replay rebuild them.
+ *
  * Durability (DESIGN.md section 4; file formats in docs/architecture.md, "Sessions:
- * durability"). Every input call (append, append_text, flush_text, rollback; generate appends
- * through append) has a sequence number, rill_session_seq(). With an ingest log open
- * (rill_session_open_log), the call first writes one record of its raw input (text as text, not
- * the tokens derived from it) with its sequence number and a CRC-32C, then applies it; a call
- * that fails removes its record again. A call that returned RILL_OK is acknowledged: its record
- * is in the file, so it survives the process being killed; under RILL_SESSION_FSYNC_ALWAYS it
- * was also fsynced, so it survives the machine. A snapshot (rill_session_snapshot) writes the
- * session's metadata and page contents, with checksums, atomically (temporary file, fsync,
- * rename). rill_session_restore() loads a snapshot into fresh pages and replays the log records
- * after the snapshot's sequence number, or rebuilds a session from its log alone. A torn last
- * record (a crash in the middle of a write) is dropped with a warning; damage anywhere else is an
- * error (RILL_ECORRUPT with the byte offset), as is a snapshot of another model (RILL_EUNSUPPORTED)
- * or a truncated one (RILL_EFORMAT). Forks are not logged: a fork starts with no log and a new
- * identity, so a fork that must survive a crash opens its own log and takes a snapshot. The
- * durability calls follow the thread rule below (one thread at a time per pool); a log file is
- * locked (flock) by the one session that has it open.
+ * durability"). Every input call has a sequence number, rill_session_seq(). With an ingest log
+ * open (rill_session_open_log), the call first writes one record of its raw input (text as
+ * text, not the tokens derived from it) with its sequence number and a CRC-32C, then applies
+ * it; a call that fails removes its record again. A call that returned RILL_OK is
+ * acknowledged: its record is in the file, so it survives the process being killed; under
+ * RILL_SESSION_FSYNC_ALWAYS it was also fsynced, so it survives the machine. A snapshot
+ * (rill_session_snapshot) writes the session's metadata and page contents, with checksums,
+ * atomically (temporary file, fsync, rename). rill_session_restore() loads a snapshot into fresh
+ * pages and replays the log records after the snapshot's sequence number, or rebuilds a session
+ * from its log alone. A torn last record (a crash in the middle of a write) is dropped with a
+ * warning; damage anywhere else is an error (RILL_ECORRUPT with the byte offset), as is a snapshot
+ * of another model (RILL_EUNSUPPORTED) or a truncated one (RILL_EFORMAT). Forks are not logged: a
+ * fork starts with no log and a new identity, so a fork that must survive a crash opens its own log
+ * and takes a snapshot. The durability calls follow the thread rule below (one thread at a time per
+ * pool); a log file is locked (flock) by the one session that has it open.
  *
  * Memory. The pool allocates its KV cache and tables at creation; a session allocates its page
- * table, token array and logits (n_vocab floats) at creation or fork. Appending tokens, decoding
- * and evicting allocate nothing; text append grows the session's text buffers only when a
- * chunk is longer than any before. All memory is charged to RILL_MEM_SESSIONS (host) and the
- * backend (the KV cache).
+ * table, token array, logits (n_vocab floats) and replace window (32 bytes per remembered
+ * input) at creation or fork. Appending tokens, decoding and evicting allocate nothing; text
+ * input and replace grow the session's text buffers only when an input is longer than any
+ * before, and the store of remembered held-back text up to twice RILL_SESSION_REPLACE_HELD. All
+ * memory is charged to RILL_MEM_SESSIONS (host) and the backend (the KV cache).
  *
  * Thread safety: one thread at a time. A pool and all its sessions (and the forward pass and
  * backend under them) belong to the engine thread that owns the backend. Page reference counts
@@ -210,6 +238,34 @@ rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t
  * holds the text as given, not its tokens. */
 rill_err_t rill_session_append_text(rill_session_t *s, const char *text, size_t len);
 
+/* Inputs a session remembers for rill_session_replace_text(), and the most bytes of held-back
+ * text it keeps for them (the text held back before each remembered input). */
+#define RILL_SESSION_REPLACE_INPUTS 64
+#define RILL_SESSION_REPLACE_HELD   65536
+
+/* Replaces the session's input from the input that made version from_version on by the UTF-8
+ * text[0, len) (any bytes; len 0: no text), as described under "Replace" at the top: the state
+ * becomes that of the inputs before from_version followed by rill_session_append_text(text),
+ * with the stream rolled back to the longest common prefix of the old and new token streams and
+ * only the rest evaluated. It is an input call: it makes the next version, and with a log its
+ * record holds from_version and the text. Blocks for the forward pass over the new tokens.
+ * Errors (session, pool and log unchanged):
+ *   RILL_EINVAL (NULL s, NULL text with len > 0, from_version outside [1, rill_session_seq(s)]:
+ *   version 0 or one not made yet),
+ *   RILL_ERANGE (from_version before the inputs the session remembers: more than
+ *   RILL_SESSION_REPLACE_INPUTS inputs ago, or made before a restore from a version-1
+ *   snapshot; tokens given before that input were removed by a later rollback; the text held
+ *   back before it was longer than RILL_SESSION_REPLACE_HELD; it starts in tokens the window
+ *   has evicted; without a window, the new stream would exceed n_ctx),
+ *   RILL_EUNSUPPORTED (the pool has no tokenizer), RILL_EFULL (the pool lacks the pages for the
+ *   new tokens, counted after the rollback frees its pages), RILL_ENOMEM, RILL_EIO (log).
+ * A forward-pass failure (not expected) leaves the session rolled back to the common prefix with
+ * the chunks before the failing one appended, held-back text discarded as by a rollback, the
+ * logits invalid, and no version made (the log record is removed). Forks of s are unaffected:
+ * pages they share are copied before s writes them. */
+rill_err_t rill_session_replace_text(rill_session_t *s, int64_t from_version, const char *text,
+                                     size_t len);
+
 /* Tokenizes and appends all held-back text and ends the current text (see above). No-op when
  * nothing is held and no text is in progress (otherwise an input call, logged). Errors: as
  * rill_session_append_text(); on error the text stays held. */
@@ -275,14 +331,18 @@ rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen);
  * queue (RILL_EAGAIN). The ingest log holds fed input like appended input, so a restore
  * evaluates it. */
 
-/* As rill_session_append() / _append_text() / _flush_text(), but the tokens are queued, not
- * evaluated, and the cell budget is not checked (the step is). Errors: RILL_EINVAL (an id
- * outside the vocabulary), RILL_ERANGE (no window and resident + queued + n > n_ctx),
- * RILL_EUNSUPPORTED (text without a tokenizer), RILL_ENOMEM, RILL_EIO (log); on error nothing
- * is queued or logged. */
+/* As rill_session_append() / _append_text() / _flush_text() / _replace_text(), but the tokens
+ * are queued, not evaluated, and the cell budget is not checked (the step is). A fed replace
+ * rolls back at once (resident tokens past the common prefix are dropped, and queued ones) and
+ * queues the new tokens after the common prefix. Errors: RILL_EINVAL (an id outside the
+ * vocabulary; replace: as rill_session_replace_text), RILL_ERANGE (no window and resident +
+ * queued + n > n_ctx; replace: as rill_session_replace_text), RILL_EUNSUPPORTED (text without a
+ * tokenizer), RILL_ENOMEM, RILL_EIO (log); on error nothing is queued, rolled back or logged. */
 rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n);
 rill_err_t rill_session_feed_text(rill_session_t *s, const char *text, size_t len);
 rill_err_t rill_session_feed_flush(rill_session_t *s);
+rill_err_t rill_session_feed_replace_text(rill_session_t *s, int64_t from_version, const char *text,
+                                          size_t len);
 
 /* Queued tokens of s. */
 int32_t rill_session_pending(const rill_session_t *s);
@@ -418,7 +478,8 @@ int64_t rill_session_seq(const rill_session_t *s);
  * every page in s's table, each part with a CRC-32C. s's log, if any, is fsynced first so that
  * it holds every record the snapshot covers. s is not changed. Shared pages are written whole;
  * a restore gives the session pages of its own. Size: pages * rill_session_pool_page_bytes()
- * plus 4 * (n_resident + n_vocab) plus the held-back text and 200 bytes.
+ * plus 4 * (n_resident + n_vocab) plus the held-back text and 200 bytes, plus 32 bytes per
+ * remembered input and the text held back before them.
  * Errors: RILL_EINVAL (NULL), RILL_ENOMEM, RILL_ENOTFOUND (no such directory), RILL_EPERM,
  * RILL_EIO, backend errors of rill_backend_copy_out; on error the file at path (if any) is
  * unchanged and no temporary file is left, except when only the final fsync of the directory
@@ -428,17 +489,19 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
 
 /* Rebuilds a session in pool p. With snapshot_path: loads the snapshot into fresh pages of p
  * (none shared). With log_path: then replays the log records after the session's sequence
- * number through the calls that wrote them, drops a torn last record (warning logged, and the
- * file cut after the last whole record), and keeps the log open on the new session with
- * `policy`, so that it continues the same log; without snapshot_path the session is built from
- * the log alone (window policy from its header; its first record must be record 1). When the
- * log ends before the snapshot's sequence number (it lost records the snapshot holds, e.g. with
- * FSYNC_NEVER and a power loss), it is replaced, atomically, by an empty log that continues
- * after the snapshot. Either path may be NULL, not both.
- * The result is the saved session: same tokens, positions, counters, held-back text, logits
- * (bit for bit) and K/V bytes; replayed records recompute what they computed before (bit for
- * bit with the same backend and forward max_batch). Its identity is the saved one; its log, if
- * any, is locked as by rill_session_open_log().
+ * number through the same apply as the calls that wrote them (replace records included),
+ * drops a torn last record (warning logged, and the file cut after the last whole record), and
+ * keeps the log open on the new session with `policy`, so that it continues the same log;
+ * without snapshot_path the session is built from the log alone (window policy from its header;
+ * its first record must be record 1). When the log ends before the snapshot's sequence number
+ * (it lost records the snapshot holds, e.g. with FSYNC_NEVER and a power loss), it is replaced,
+ * atomically, by an empty log that continues after the snapshot. Either path may be NULL, not
+ * both.
+ * The result is the saved session: same tokens, positions, counters, held-back text, remembered
+ * inputs, logits (bit for bit) and K/V bytes (a version-1 snapshot, written before replace
+ * existed, restores with no remembered input); replayed records recompute what they computed
+ * before (bit for bit with the same backend and forward max_batch). Its identity is the saved
+ * one; its log, if any, is locked as by rill_session_open_log().
  * Errors (on every one: *out = NULL, nothing left allocated, p as before, the files unchanged
  * except that a torn log tail may have been cut, and a message in err[0, errlen) when err !=
  * NULL):

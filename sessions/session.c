@@ -1,6 +1,6 @@
 /*
- * session.c - sessions over the paged pool: append, window eviction with re-based positions,
- * fork with copy-on-write, rollback, logits, generate, query, stats.
+ * session.c - sessions over the paged pool: taking tokens, window eviction with re-based
+ * positions, batched steps, fork with copy-on-write, cutting the stream, adopt, logits, stats.
  *
  * Design. A session is a page table plus the ids of its resident tokens; slot s holds the token
  * at position s (no holes, no per-slot positions), so a batch token is { pos = slot = s,
@@ -23,10 +23,12 @@
  * the page that holds it swapped for the pool's scratch page (a copy of it): the session's own
  * pages, which forks may share, are never written for that.
  *
- * Input calls (append, rollback here; text in text.c) are split in two: rill__session_* does
- * the work, and the public function wraps it in a log record (log.c): check what can be checked,
- * write the record, apply, then rill__log_settle() keeps or removes the record. Replay calls the
- * rill__ half, so it never writes the log it is reading.
+ * Inputs are records (record.c): this file holds the state they change and splits each change
+ * in a check and an effect. The checks (rill__session_check_take, _check_adopt) refuse before
+ * anything changes, and reserve what the effect needs (queue room), so that the effects (cut,
+ * queue, adopt) cannot fail and only evaluation (rill__session_evaluate) can, in the forward
+ * pass. This file calls pool.c, history.c (the replace window's allocation, copied by fork) and
+ * log.c (destroy closes the log); none of them calls it.
  *
  * Rejected: per-slot positions (a position array per session and a holes-aware attention) to
  * evict single tokens; page granularity is what DESIGN.md asks for and keeps attention simple.
@@ -43,14 +45,6 @@
 
 static int32_t ceil_div(int64_t a, int32_t b) {
     return (int32_t)((a + b - 1) / b);
-}
-
-rill_err_t rill__session_fail(rill_session_t *s, rill_err_t err, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->err, sizeof s->err, fmt, ap);
-    va_end(ap);
-    return err;
 }
 
 rill_session_params_t rill_session_default_params(void) {
@@ -93,7 +87,7 @@ rill_err_t rill__session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32
     s->pend_cap = p->max_batch;
     s->pend = rill_malloc(RILL_MEM_SESSIONS, (size_t)s->pend_cap * sizeof *s->pend);
     if (s->pages == NULL || s->shared == NULL || s->tokens == NULL || s->logits == NULL ||
-        s->pend == NULL) {
+        s->pend == NULL || rill__hist_new(s) != RILL_OK) {
         rill_free(s->pend);
         rill_free(s->pages);
         rill_free(s->shared);
@@ -104,59 +98,6 @@ rill_err_t rill__session_alloc(rill_session_pool_t *p, int32_t sink_slots, int32
     }
     s->uid = new_uid(s);
     p->n_sessions++;
-    *out = s;
-    return RILL_OK;
-}
-
-rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t *params,
-                            rill_session_t **out) {
-    if (out == NULL) {
-        return RILL_EINVAL;
-    }
-    *out = NULL;
-    if (p == NULL) {
-        return RILL_EINVAL;
-    }
-    rill_session_params_t sp = params != NULL ? *params : rill_session_default_params();
-    int32_t P = p->P;
-    if (sp.n_sink < 0 || sp.window < 0 || sp.evict_pages < 0 || sp.n_prompt < 0 ||
-        (sp.n_prompt > 0 && sp.prompt == NULL) || sp.n_sink > p->n_ctx || sp.window > p->n_ctx) {
-        RILL_LOGE("session: invalid parameters (sinks %d, window %d, evict %d, prompt %d)",
-                  sp.n_sink, sp.window, sp.evict_pages, sp.n_prompt);
-        return RILL_EINVAL;
-    }
-    int32_t sink_slots = ceil_div(sp.n_sink, P) * P;
-    int32_t window_slots = ceil_div(sp.window, P) * P;
-    if (sink_slots > p->n_ctx ||
-        (window_slots > 0 && (int64_t)sink_slots + window_slots > (int64_t)p->n_ctx / P * P)) {
-        RILL_LOGE("session: sinks %d + window %d (rounded to pages of %d) exceed n_ctx %d",
-                  sp.n_sink, sp.window, P, p->n_ctx);
-        return RILL_EINVAL;
-    }
-    int32_t evict = sp.evict_pages;
-    if (window_slots > 0) {
-        if (evict == 0) {
-            evict = window_slots / P / 4 > 1 ? window_slots / P / 4 : 1;
-        }
-        if (evict > window_slots / P) {
-            RILL_LOGE("session: evict_pages %d exceeds the window's %d pages", evict,
-                      window_slots / P);
-            return RILL_EINVAL;
-        }
-    }
-    rill_session_t *s = NULL;
-    rill_err_t err = rill__session_alloc(p, sink_slots, window_slots, evict, &s);
-    if (err != RILL_OK) {
-        return err;
-    }
-    if (sp.n_prompt > 0) {
-        err = rill_session_append(s, sp.prompt, sp.n_prompt);
-        if (err != RILL_OK) {
-            RILL_LOGE("session: system prompt: %s", s->err);
-            rill_session_destroy(&s);
-            return err;
-        }
-    }
     *out = s;
     return RILL_OK;
 }
@@ -177,6 +118,8 @@ void rill_session_destroy(rill_session_t **sp) {
     rill_free(s->logits);
     rill_free(s->text);
     rill_free(s->tbuf);
+    rill_free(s->xbuf);
+    rill__hist_free(s);
     rill_free(s->pend);
     rill_free(s);
     *sp = NULL;
@@ -185,15 +128,19 @@ void rill_session_destroy(rill_session_t **sp) {
 /* ---- planning -------------------------------------------------------------------------------
  */
 
-/* Walks the page effects of appending n tokens without changing anything: the most pages the
- * append holds beyond today's at any point (new pages and copies, less evicted ones). */
-static int64_t plan_need(rill_session_t *s, int64_t n) {
+/* Walks the page effects of cutting the resident part at slot `from` (<= n) and then appending
+ * n tokens, without changing anything: the most pages the append holds beyond today's at any
+ * point (new pages and copies, less evicted ones and those the cut frees). */
+static int64_t plan_need(rill_session_t *s, int32_t from, int64_t n) {
     rill_session_pool_t *p = s->pool;
     int32_t P = p->P;
     int64_t free = 0, worst = 0;
-    int32_t n_pg = s->n_pages, cur = s->n;
+    int32_t n_pg = ceil_div(from, P), cur = from;
     for (int32_t i = 0; i < n_pg; i++) {
         s->shared[i] = p->refs[s->pages[i]] > 1;
+    }
+    for (int32_t i = n_pg; i < s->n_pages; i++) {
+        free += p->refs[s->pages[i]] == 1; /* released by the cut, before any take */
     }
     for (int64_t left = n; left > 0;) {
         if (cur == s->cap_slots) {
@@ -229,10 +176,10 @@ static int64_t plan_need(rill_session_t *s, int64_t n) {
     return -worst;
 }
 
-/* RILL_OK when the free list suffices for appending n tokens at every step, RILL_EFULL (with
- * the shortfall in s->err) otherwise. */
-static rill_err_t plan(rill_session_t *s, int64_t n) {
-    int64_t need = plan_need(s, n);
+/* RILL_OK when the free list suffices for cutting at `from` and appending n tokens at every
+ * step, RILL_EFULL (with the shortfall in s->err) otherwise. */
+static rill_err_t plan(rill_session_t *s, int32_t from, int64_t n) {
+    int64_t need = plan_need(s, from, n);
     if (need > s->pool->n_free) {
         return rill__session_fail(
             s, RILL_EFULL, "KV budget exhausted: %lld more page(s) needed (%d free of %d)",
@@ -314,45 +261,50 @@ static void trim_pages(rill_session_t *s) {
     }
 }
 
-/* Every check of taking n more tokens that can be made before anything changes (n > 0): ids in
- * the vocabulary, and without a window the context (queued tokens included). */
-static rill_err_t check_tokens(rill_session_t *s, const int32_t *tokens, int32_t n) {
+/* Makes the queue able to hold `total` tokens. Errors: RILL_ENOMEM (unchanged). */
+static rill_err_t pend_reserve(rill_session_t *s, int64_t total) {
+    if (total <= s->pend_cap) {
+        return RILL_OK;
+    }
+    if (total > INT32_MAX) {
+        return rill__session_fail(s, RILL_ERANGE, "queue of %lld tokens is too long",
+                                  (long long)total);
+    }
+    int64_t cap = (int64_t)s->pend_cap * 2 > total ? (int64_t)s->pend_cap * 2 : total;
+    cap = cap < 64 ? 64 : cap > INT32_MAX ? INT32_MAX : cap;
+    int32_t *grown = rill_realloc(RILL_MEM_SESSIONS, s->pend, (size_t)cap * sizeof *grown);
+    if (grown == NULL) {
+        return rill__session_fail(s, RILL_ENOMEM, "queue of %lld tokens: out of memory",
+                                  (long long)total);
+    }
+    s->pend = grown;
+    s->pend_cap = (int32_t)cap;
+    return RILL_OK;
+}
+
+rill_err_t rill__session_check_take(rill_session_t *s, int32_t keep, const int32_t *tokens,
+                                    int32_t n, bool defer) {
     rill_session_pool_t *p = s->pool;
+    RILL_ASSERT(keep >= 0 && keep <= s->n + s->n_pend && n >= 0);
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= p->n_vocab) {
             return rill__session_fail(s, RILL_EINVAL, "token %d at index %d is outside [0, %d)",
                                       tokens[i], i, p->n_vocab);
         }
     }
-    if (s->window_slots == 0 && (int64_t)s->n + s->n_pend + n > s->cap_slots) {
+    if (s->window_slots == 0 && (int64_t)keep + n > s->cap_slots) {
         return rill__session_fail(s, RILL_ERANGE,
-                                  "%d + %d tokens exceed the context of %d (no window)",
-                                  s->n + s->n_pend, n, s->cap_slots);
+                                  "%d + %d tokens exceed the context of %d (no window)", keep, n,
+                                  s->cap_slots);
     }
-    return RILL_OK;
-}
-
-/* Queues tokens[0, n) behind the pending ones (checked). Errors: RILL_ENOMEM (nothing queued). */
-static rill_err_t pend_push(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    if (s->pend_head > 0 && s->pend_head + s->n_pend + n > s->pend_cap) {
-        memmove(s->pend, s->pend + s->pend_head, (size_t)s->n_pend * sizeof *s->pend);
-        s->pend_head = 0;
-    }
-    if (s->n_pend + n > s->pend_cap) {
-        int64_t cap = (int64_t)s->pend_cap * 2 > s->n_pend + n ? (int64_t)s->pend_cap * 2
-                                                               : (int64_t)s->n_pend + n;
-        cap = cap < 64 ? 64 : cap;
-        int32_t *grown = rill_realloc(RILL_MEM_SESSIONS, s->pend, (size_t)cap * sizeof *grown);
-        if (grown == NULL) {
-            return rill__session_fail(s, RILL_ENOMEM, "queue of %d tokens: out of memory",
-                                      s->n_pend + n);
+    int32_t queued = keep > s->n ? keep - s->n : 0; /* what stays queued after the cut */
+    if (!defer && (queued > 0 || n > 0)) {
+        rill_err_t err = plan(s, keep < s->n ? keep : s->n, (int64_t)queued + n);
+        if (err != RILL_OK) {
+            return err;
         }
-        s->pend = grown;
-        s->pend_cap = (int32_t)cap;
     }
-    memcpy(s->pend + s->pend_head + s->n_pend, tokens, (size_t)n * sizeof *tokens);
-    s->n_pend += n;
-    return RILL_OK;
+    return pend_reserve(s, (int64_t)queued + n);
 }
 
 static void pend_pop(rill_session_t *s, int32_t n) {
@@ -361,6 +313,19 @@ static void pend_pop(rill_session_t *s, int32_t n) {
     if (s->n_pend == 0) {
         s->pend_head = 0;
     }
+}
+
+void rill__session_queue(rill_session_t *s, const int32_t *tokens, int32_t n) {
+    if (n == 0) {
+        return;
+    }
+    if (s->pend_head + s->n_pend + n > s->pend_cap) {
+        memmove(s->pend, s->pend + s->pend_head, (size_t)s->n_pend * sizeof *s->pend);
+        s->pend_head = 0;
+    }
+    RILL_ASSERT(s->n_pend + n <= s->pend_cap); /* reserved by rill__session_check_take() */
+    memcpy(s->pend + s->pend_head + s->n_pend, tokens, (size_t)n * sizeof *tokens);
+    s->n_pend += n;
 }
 
 int32_t rill_session_step_room(const rill_session_t *s) {
@@ -430,7 +395,7 @@ static rill_err_t check_step(rill_session_pool_t *p, const rill_session_step_t *
         /* Pages: the sum of each item's worst case, so the step can never run dry midway. */
         int64_t need = 0;
         for (int32_t j = 0; j < n_it; j++) {
-            need += plan_need(it[j].s, it[j].n);
+            need += plan_need(it[j].s, it[j].s->n, it[j].n);
         }
         if (need > p->n_free) {
             err = pool_fail(p, RILL_EFULL,
@@ -514,25 +479,9 @@ rill_err_t rill__session_drain(rill_session_t *s) {
     return RILL_OK;
 }
 
-rill_err_t rill__session_take(rill_session_t *s, const int32_t *tokens, int32_t n, bool defer) {
-    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
-        return RILL_EINVAL;
-    }
-    if (n == 0) {
-        return RILL_OK;
-    }
-    rill_err_t err = check_tokens(s, tokens, n);
-    if (err == RILL_OK && !defer) {
-        err = plan(s, (int64_t)s->n_pend + n);
-    }
-    if (err == RILL_OK) {
-        err = pend_push(s, tokens, n);
-    }
-    if (err != RILL_OK || defer) {
-        return err;
-    }
-    int32_t before = s->n_pend - n, n0 = s->n;
-    err = rill__session_drain(s);
+rill_err_t rill__session_evaluate(rill_session_t *s, int32_t n_new) {
+    int32_t before = s->n_pend - n_new, n0 = s->n;
+    rill_err_t err = rill__session_drain(s);
     if (err != RILL_OK) {
         /* keep the tokens queued before this call that were not evaluated; drop the new ones */
         int32_t keep = before - (s->n - n0) > 0 ? before - (s->n - n0) : 0;
@@ -541,54 +490,17 @@ rill_err_t rill__session_take(rill_session_t *s, const int32_t *tokens, int32_t 
     return err;
 }
 
-rill_err_t rill__session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    return rill__session_take(s, tokens, n, false);
-}
-
-/* The public token input calls: checked before the record is written, so that a call refused
- * for its arguments or the budget costs no write (and no fsync under FSYNC_ALWAYS). */
-static rill_err_t take_logged(rill_session_t *s, const int32_t *tokens, int32_t n, bool defer) {
-    if (s == NULL || n < 0 || (n > 0 && tokens == NULL)) {
-        return RILL_EINVAL;
-    }
-    if (n == 0) {
-        return RILL_OK;
-    }
-    rill_err_t err = check_tokens(s, tokens, n);
-    if (err == RILL_OK && !defer) {
-        err = plan(s, (int64_t)s->n_pend + n);
-    }
-    if (err == RILL_OK) {
-        err = rill__log_write(s, RILL__REC_TOKENS, tokens, (size_t)n * sizeof *tokens);
-        if (err == RILL_OK) {
-            err = rill__log_settle(s, rill__session_take(s, tokens, n, defer));
-        }
-    }
-    return err;
-}
-
-rill_err_t rill_session_append(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    return take_logged(s, tokens, n, false);
-}
-
-rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n) {
-    return take_logged(s, tokens, n, true);
-}
-
-rill_err_t rill_session_adopt(rill_session_t *s, rill_session_t *branch) {
-    if (s == NULL || branch == NULL || s == branch || s->pool != branch->pool) {
-        return RILL_EINVAL;
-    }
-    rill_session_pool_t *p = s->pool;
+rill_err_t rill__session_check_adopt(rill_session_t *s, const rill_session_t *branch,
+                                     int64_t *n_new) {
     if (branch->parent_uid != s->uid || branch->parent_seq != s->seq) {
         return rill__session_fail(s, RILL_EINVAL,
                                   "adopt: the branch was not forked from this session's "
                                   "current state");
     }
     /* the tokens the branch added: the last n_new of its stream (still resident) */
-    int64_t n_new = branch->n_evicted + branch->n - (s->n_evicted + s->n);
-    if (branch->window_slots != s->window_slots || branch->sink_slots != s->sink_slots ||
-        n_new < 0 || n_new > branch->n || branch->n_pend > 0 || s->n_pend > 0 || s->text_len > 0 ||
+    int64_t n = branch->n_evicted + branch->n - (s->n_evicted + s->n);
+    if (branch->window_slots != s->window_slots || branch->sink_slots != s->sink_slots || n < 0 ||
+        n > branch->n || branch->n_pend > 0 || s->n_pend > 0 || s->text_len > 0 ||
         branch->text_len > 0 ||
         (branch->n_evicted == s->n_evicted &&
          memcmp(branch->tokens, s->tokens, (size_t)s->n * sizeof *s->tokens) != 0)) {
@@ -596,14 +508,12 @@ rill_err_t rill_session_adopt(rill_session_t *s, rill_session_t *branch) {
                                   "adopt: the branch has another window, rolled back below the "
                                   "fork, or holds queued tokens or text");
     }
-    rill_err_t err = RILL_OK;
-    if (n_new > 0) {
-        err = rill__log_write(s, RILL__REC_TOKENS, branch->tokens + branch->n - n_new,
-                              (size_t)n_new * sizeof *s->tokens);
-        if (err != RILL_OK) {
-            return err;
-        }
-    }
+    *n_new = n;
+    return RILL_OK;
+}
+
+void rill__session_adopt(rill_session_t *s, const rill_session_t *branch) {
+    rill_session_pool_t *p = s->pool;
     for (int32_t i = 0; i < branch->n_pages; i++) {
         p->refs[branch->pages[i]]++;
     }
@@ -618,7 +528,6 @@ rill_err_t rill_session_adopt(rill_session_t *s, rill_session_t *branch) {
     s->n_evicted = branch->n_evicted;
     s->logits_valid = branch->logits_valid;
     s->text_started = branch->text_started;
-    return n_new > 0 ? rill__log_settle(s, err) : err;
 }
 
 static rill_err_t fork_as(rill_session_t *src, rill_session_t **out, bool windowed) {
@@ -646,7 +555,14 @@ static rill_err_t fork_as(rill_session_t *src, rill_session_t **out, bool window
         memcpy(s->text, src->text, src->text_len);
         s->text_len = s->text_cap = src->text_len;
     }
-    if (src->n_pend > 0 && pend_push(s, src->pend + src->pend_head, src->n_pend) != RILL_OK) {
+    if (src->n_pend > 0) {
+        if (pend_reserve(s, src->n_pend) != RILL_OK) {
+            rill_session_destroy(&s);
+            return rill__session_fail(src, RILL_ENOMEM, "fork: out of memory");
+        }
+        rill__session_queue(s, src->pend + src->pend_head, src->n_pend);
+    }
+    if (rill__hist_copy(s, src) != RILL_OK) {
         rill_session_destroy(&s);
         return rill__session_fail(src, RILL_ENOMEM, "fork: out of memory");
     }
@@ -676,55 +592,17 @@ rill_err_t rill_session_fork_unwindowed(rill_session_t *src, rill_session_t **ou
     return fork_as(src, out, false);
 }
 
-static rill_err_t check_rollback(rill_session_t *s, int32_t pos) {
-    if (pos < 0 || (int64_t)pos > (int64_t)s->n + s->n_pend) {
-        return rill__session_fail(s, RILL_EINVAL, "rollback to %d outside [0, %d]", pos,
-                                  s->n + s->n_pend);
-    }
-    return RILL_OK;
-}
-
-static void rollback_checked(rill_session_t *s, int32_t pos) {
-    if (pos >= s->n) { /* only queued tokens go */
-        s->n_pend = pos - s->n;
-        s->text_len = 0;
-        s->text_started = false;
+void rill__session_cut(rill_session_t *s, int32_t keep) {
+    RILL_ASSERT(keep >= 0 && keep <= s->n + s->n_pend);
+    if (keep >= s->n) { /* only queued tokens go */
+        s->n_pend = keep - s->n;
         return;
     }
     s->n_pend = 0;
     s->pend_head = 0;
-    s->n = pos;
+    s->n = keep;
     trim_pages(s);
     s->logits_valid = false;
-    s->text_len = 0;
-    s->text_started = false;
-}
-
-rill_err_t rill__session_rollback(rill_session_t *s, int32_t pos) {
-    if (s == NULL) {
-        return RILL_EINVAL;
-    }
-    rill_err_t err = check_rollback(s, pos);
-    if (err == RILL_OK && pos < s->n + s->n_pend) {
-        rollback_checked(s, pos);
-    }
-    return err;
-}
-
-rill_err_t rill_session_rollback(rill_session_t *s, int32_t pos) {
-    if (s == NULL) {
-        return RILL_EINVAL;
-    }
-    rill_err_t err = check_rollback(s, pos);
-    if (err != RILL_OK || pos == s->n + s->n_pend) {
-        return err;
-    }
-    err = rill__log_write(s, RILL__REC_ROLLBACK, &pos, sizeof pos);
-    if (err == RILL_OK) {
-        rollback_checked(s, pos);
-        err = rill__log_settle(s, RILL_OK);
-    }
-    return err;
 }
 
 rill_err_t rill_session_logits(rill_session_t *s, const float **out) {
@@ -756,76 +634,6 @@ rill_err_t rill_session_logits(rill_session_t *s, const float **out) {
     }
     *out = s->logits;
     return RILL_OK;
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
-}
-
-rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen) {
-    if (s == NULL || gen == NULL || gen->n_max < 0) {
-        return RILL_EINVAL;
-    }
-    gen->n_out = 0;
-    rill_session_pool_t *p = s->pool;
-    for (int32_t i = 0; i < gen->n_max; i++) {
-        const float *logits = NULL;
-        rill_err_t err = rill_session_logits(s, &logits);
-        if (err != RILL_OK) {
-            return err;
-        }
-        int32_t tok;
-        if (gen->sampler != NULL) {
-            err = rill_sampler_sample(gen->sampler, logits, &tok);
-            if (err != RILL_OK) {
-                return rill__session_fail(s, err, "sampler failed");
-            }
-            rill_sampler_accept(gen->sampler, tok);
-        } else {
-            tok = argmax(logits, p->n_vocab);
-        }
-        err = rill_session_append(s, &tok, 1);
-        if (err != RILL_OK) {
-            return err;
-        }
-        if (gen->out != NULL) {
-            gen->out[i] = tok;
-        }
-        gen->n_out++;
-        bool stop = gen->on_token != NULL && !gen->on_token(gen->user, tok);
-        if (stop || (gen->stop_at_eog && p->tok != NULL && rill_tokenizer_is_eog(p->tok, tok))) {
-            break;
-        }
-    }
-    return RILL_OK;
-}
-
-rill_err_t rill_session_query(rill_session_t *s, const int32_t *question, int32_t n_q,
-                              rill_session_gen_t *gen) {
-    if (s == NULL || gen == NULL || n_q < 0 || (n_q > 0 && question == NULL)) {
-        return RILL_EINVAL;
-    }
-    gen->n_out = 0;
-    rill_session_t *f = NULL;
-    rill_err_t err = rill_session_fork(s, &f);
-    if (err != RILL_OK) {
-        return err;
-    }
-    err = rill_session_append(f, question, n_q);
-    if (err == RILL_OK) {
-        err = rill_session_generate(f, gen);
-    }
-    if (err != RILL_OK) {
-        memcpy(s->err, f->err, sizeof s->err);
-    }
-    rill_session_destroy(&f);
-    return err;
 }
 
 void rill_session_stats(const rill_session_t *s, rill_session_stats_t *out) {
