@@ -92,7 +92,7 @@ static int parse(int argc, char **argv, opts_t *o) {
                    .context = 1024,
                    .every_ms = 1500,
                    .answer = 16 };
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
             return -1;
@@ -117,7 +117,6 @@ static int parse(int argc, char **argv, opts_t *o) {
         } else {
             return -1;
         }
-        i++;
     }
     return o->context >= 64 && o->answer <= 256 ? 0 : -1;
 }

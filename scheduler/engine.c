@@ -267,6 +267,9 @@ void *rill__sched_engine(void *arg) {
         sch->head = sch->tail = NULL;
         bool stop = sch->stop;
         pthread_mutex_unlock(&sch->mu);
+        if (list != NULL) {
+            rill__sched_unstick(sch);
+        }
         for (cmd_t *c = list, *nx; c != NULL; c = nx) {
             nx = c->next;
             bool blocking = c->blocking;

@@ -168,7 +168,7 @@ void rill__sched_start_fork(rill_sched_t *sch, req_t *r) {
             r->phase = PH_IDLE;
             r->stale = true;
             drop_fork(r);
-            r->retry_step = sch->st.steps + 64;
+            r->retry_step = r->sess->m->steps + 64;
             return;
         }
         r->phase = PH_IDLE; /* not waiting any more (finish must not decrement) */

@@ -39,10 +39,14 @@
  * per model. A step runs one pass per model with work (params.model_steps, RILL_SCHED_EVERY_MODEL),
  * the models whose batch carries question work first (then by their batch's highest class,
  * ties in rotation), and the delay bound is the step's: once a pass with question work has run,
- * a later model's pass without question work is cut to the tokens its time model fits in what
- * is left of max_delay_ns (possibly none), as ingest is inside one model's question step. So
- * a question on one model waits for another model's lower work about as long as for its own
- * model's. With RILL_SCHED_TOP_MODEL a step runs only the first of those passes.
+ * a later model's pass keeps its own question work, takes ingest only as far as its time model
+ * fits in what is left of max_delay_ns (possibly none), and no standing refreshes or
+ * speculation - the rules of one model's question step. So a question on one model waits for
+ * another model's lower work about as long as for its own model's. A model whose pool is
+ * exhausted with no fork to reclaim sits out until a command arrives; the others go on. With
+ * RILL_SCHED_TOP_MODEL a step runs only the first of those passes: a model whose work is
+ * always outranked by another's (its ingest, a shared prompt a creation waits for) then waits
+ * as long as that lasts.
  *
  * Cell-budget admission. A session reserves the pages its window can occupy
  * (ceil((sinks + window) / P), or ceil(n_ctx / P) without a window) when it is created; the
@@ -53,7 +57,8 @@
  * then fails a question with RILL_EFULL; a session's own data always fits its reservation, so
  * exhaustion never fails or corrupts ingest.
  *
- * Shared prefixes. Sessions created with the same system prompt and window policy share the
+ * Shared prefixes. Sessions of one model created with the same system prompt and window policy
+ * share the
  * prompt's pages: the first such creation evaluates the prompt once in a template session (at
  * INGEST class) and every session is a fork of it (copy-on-write). The template lives while
  * any of its sessions does and counts against the reservations with its own pages.
@@ -94,7 +99,8 @@
  * they receive are borrowed for the call.
  *
  * Thread safety: every function may be called from any thread, concurrently; blocking calls
- * wait for the engine to carry them out between two steps (at most about one step).
+ * wait for the engine to carry them out between two steps (at most about one step: one pass
+ * per model).
  * Greedy decoding only (arg-max, lowest id on ties).
  */
 #ifndef RILL_SCHEDULER_H
@@ -160,7 +166,7 @@ rill_sched_params_t rill_sched_default_params(void);
 rill_err_t rill_sched_new(rill_session_pool_t *pool, const rill_sched_params_t *params,
                           rill_sched_t **out);
 
-/* Longest model name (bytes, NUL excluded) and most models of one scheduler. */
+/* Bytes of a model name's buffer (names are 1..63 bytes) and most models of one scheduler. */
 #define RILL_SCHED_MODEL_NAME 64
 #define RILL_SCHED_MAX_MODELS 8
 
@@ -172,7 +178,8 @@ typedef struct rill_sched_model {
 /* As rill_sched_new(), over models[0, n_models) (1..RILL_SCHED_MAX_MODELS distinct pools with
  * distinct forwards; model i is index i of rill_sched_session_params_t.model, model 0 the
  * default). rill_sched_new(pool, ...) is this with one model named "default". Errors: those of
- * rill_sched_new(), RILL_EINVAL also for a bad name or count, a duplicate name or pool. */
+ * rill_sched_new(), RILL_EINVAL also for a bad name or count, a duplicate name, pool or forward
+ * (each forward carries the scheduler's one preemption flag). */
 rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_models,
                                  const rill_sched_params_t *params, rill_sched_t **out);
 

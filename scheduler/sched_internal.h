@@ -231,6 +231,7 @@ struct model {
     req_t **item_req;
     sess_t **item_sess;
     rill_sched_class_t *item_class;
+    bool stuck; /* its pool is exhausted with nothing to reclaim: no pass until a command */
     /* counters of rill_sched_model_info_t */
     int64_t steps, busy_ns, tokens[RILL_SCHED_N_CLASSES];
 };
@@ -347,6 +348,14 @@ int32_t rill__sched_step_cap(const rill_sched_t *sch, const model_t *m);
 
 /* Runs one step; false when there was nothing to do. */
 bool rill__sched_step(rill_sched_t *sch);
+
+/* Holds m's built batch to what a pass may take after an earlier pass of the same step carried
+ * question work: its question work whole, INGEST up to max_tokens in all, no STANDING or SPEC
+ * (step.c). */
+void rill__sched_limit(model_t *m, int32_t max_tokens);
+
+/* Lets models stuck on an exhausted pool try again (a command may have freed pages). */
+void rill__sched_unstick(rill_sched_t *sch);
 
 /* ---- engine.c ------------------------------------------------------------------------------ */
 

@@ -146,6 +146,13 @@ static rill_err_t post(rill_sched_t *sch, cmd_t *c) {
     return RILL_OK;
 }
 
+/* A zeroed command of kind: every byte of the union too, so a member's unset fields (callbacks
+ * among them) read as NULL / 0 whichever member a call fills in. */
+static void cmd_init(cmd_t *c, cmd_kind_t kind) {
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+}
+
 static cmd_t *new_cmd(cmd_kind_t kind) {
     cmd_t *c = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *c);
     if (c != NULL) {
@@ -231,7 +238,7 @@ rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_mod
     *out = NULL;
     if (!models_ok(models, n_models)) {
         RILL_LOGE("scheduler: invalid model list (1..%d models, distinct names of 1..%d bytes, "
-                  "distinct pools)",
+                  "distinct pools over distinct forwards)",
                   RILL_SCHED_MAX_MODELS, RILL_SCHED_MODEL_NAME - 1);
         return RILL_EINVAL;
     }
@@ -361,7 +368,10 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
     }
     *out = 0;
     rill_sched_session_params_t d = rill_sched_session_default_params();
-    cmd_t c = { .kind = CMD_CREATE, .msg = err, .msglen = errlen };
+    cmd_t c;
+    cmd_init(&c, CMD_CREATE);
+    c.msg = err;
+    c.msglen = errlen;
     c.u.create.sp = params != NULL ? params : &d;
     c.u.create.out = out;
     return call(sch, &c);
@@ -375,7 +385,10 @@ rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const ch
         return RILL_EINVAL;
     }
     *out = 0;
-    cmd_t c = { .kind = CMD_RESTORE, .msg = err, .msglen = errlen };
+    cmd_t c;
+    cmd_init(&c, CMD_RESTORE);
+    c.msg = err;
+    c.msglen = errlen;
     c.u.restore.model = model;
     c.u.restore.snapshot = snapshot_path;
     c.u.restore.log = log_path;
@@ -388,7 +401,8 @@ rill_err_t rill_sched_session_close(rill_sched_t *sch, rill_sched_sid_t sid) {
     if (sch == NULL) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_CLOSE };
+    cmd_t c;
+    cmd_init(&c, CMD_CLOSE);
     c.u.close.sid = sid;
     return call(sch, &c);
 }
@@ -398,7 +412,8 @@ rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
     if (sch == NULL || out == NULL) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_INFO };
+    cmd_t c;
+    cmd_init(&c, CMD_INFO);
     c.u.info.sid = sid;
     c.u.info.out = out;
     return call(sch, &c);
@@ -410,7 +425,10 @@ rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, 
     if (sch == NULL || path == NULL) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_SNAPSHOT, .msg = err, .msglen = errlen };
+    cmd_t c;
+    cmd_init(&c, CMD_SNAPSHOT);
+    c.msg = err;
+    c.msglen = errlen;
     c.u.snapshot.sid = sid;
     c.u.snapshot.path = path;
     return call(sch, &c);
@@ -421,7 +439,8 @@ int64_t rill_sched_session_tokens(rill_sched_t *sch, rill_sched_sid_t sid, int32
     if (sch == NULL || cap < 0 || (cap > 0 && out == NULL)) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_TOKENS };
+    cmd_t c;
+    cmd_init(&c, CMD_TOKENS);
     c.u.tokens.sid = sid;
     c.u.tokens.out = out;
     c.u.tokens.cap = cap;
@@ -433,7 +452,8 @@ int64_t rill_sched_session_list(rill_sched_t *sch, rill_sched_sid_t *ids, int64_
     if (sch == NULL || cap < 0 || (cap > 0 && ids == NULL)) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_LIST };
+    cmd_t c;
+    cmd_init(&c, CMD_LIST);
     c.u.list.out = ids;
     c.u.list.cap = cap;
     rill_err_t err = call(sch, &c);
@@ -450,7 +470,8 @@ rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int3
     if (n == 0) {
         return RILL_OK;
     }
-    cmd_t c = { .kind = CMD_INGEST };
+    cmd_t c;
+    cmd_init(&c, CMD_INGEST);
     c.u.ingest.sid = sid;
     c.u.ingest.tokens = tokens;
     c.u.ingest.n = n;
@@ -462,7 +483,8 @@ rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const
     if (sch == NULL || (len > 0 && text == NULL)) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_INGEST_TEXT };
+    cmd_t c;
+    cmd_init(&c, CMD_INGEST_TEXT);
     c.u.ingest_text.sid = sid;
     c.u.ingest_text.text = text;
     c.u.ingest_text.len = len;
@@ -590,7 +612,8 @@ rill_err_t rill_sched_standing_unregister(rill_sched_t *sch, rill_sched_rid_t qi
     if (sch == NULL) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_UNREGISTER };
+    cmd_t c;
+    cmd_init(&c, CMD_UNREGISTER);
     c.u.cancel.rid = qid;
     return call(sch, &c);
 }
@@ -600,7 +623,8 @@ int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
     if (sch == NULL || cap < 0 || (cap > 0 && out == NULL)) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_STANDING_LIST };
+    cmd_t c;
+    cmd_init(&c, CMD_STANDING_LIST);
     c.u.standing_list.sid = sid;
     c.u.standing_list.out = out;
     c.u.standing_list.cap = cap;
@@ -611,7 +635,8 @@ int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
 /* ---- engine statistics ---------------------------------------------------------------------- */
 
 void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out) {
-    cmd_t c = { .kind = CMD_STATS };
+    cmd_t c;
+    cmd_init(&c, CMD_STATS);
     c.u.stats.out = out;
     if (call(sch, &c) != RILL_OK) {
         memset(out, 0, sizeof *out);
@@ -622,7 +647,8 @@ rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_mo
     if (sch == NULL || out == NULL || model < 0 || model >= sch->n_models) {
         return RILL_EINVAL;
     }
-    cmd_t c = { .kind = CMD_MODEL_INFO };
+    cmd_t c;
+    cmd_init(&c, CMD_MODEL_INFO);
     c.u.model_info.model = model;
     c.u.model_info.out = out;
     return call(sch, &c);

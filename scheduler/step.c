@@ -14,9 +14,11 @@
  *
  * Several models: each has its own batch, time model and cap; a step builds every model's
  * batch, orders the models (question work first, then the highest class, ties in rotation) and
- * runs their passes in that order. After a pass with question work, a later pass without any is
- * cut to what its time model fits in the rest of max_delay_ns (trim), the way ingest fills a
- * single model's question step - so the delay bound holds for the step as a whole.
+ * runs their passes in that order. After a pass with question work, a later pass keeps its own
+ * question work, its INGEST is cut to what its time model fits in the rest of max_delay_ns, and
+ * its STANDING and SPEC work waits (rill__sched_limit) - the rules of one model's question step,
+ * so the delay bound holds for the step as a whole. A model whose pool is exhausted with
+ * nothing to reclaim sits out (stuck) until a command arrives, and the others go on.
  */
 #include <stdio.h>
 
@@ -142,7 +144,7 @@ static void add_session_data(rill_sched_t *sch, model_t *m, builder_t *b, rill_s
 static void start_refreshes(rill_sched_t *sch, const model_t *m) {
     for (req_t *r = sch->reqs; r != NULL; r = r->next) {
         if (r->sess->m == m && r->kind == REQ_STANDING && r->phase == PH_IDLE && r->stale &&
-            sch->st.steps >= r->retry_step && rill_session_pending(r->sess->s) == 0) {
+            m->steps >= r->retry_step && rill_session_pending(r->sess->s) == 0) {
             r->stale = false;
             r->target = rill__sched_acknowledged(r->sess);
             r->sess->n_waiting++;
@@ -197,11 +199,18 @@ static void build_batch(rill_sched_t *sch, model_t *m) {
     m->rr++;
 }
 
-/* Cuts m's batch (built without question work) to at most max_tokens tokens, dropping its
- * lowest-class tail: items are in class order. A cut item keeps its tokens queued. */
-static void trim(model_t *m, int32_t max_tokens) {
+/* Holds m's batch to what a pass may take after an earlier pass of the same step carried
+ * question work, as build_batch does within one model: its own question work (DECODE, PREFILL)
+ * stays whole, INGEST fills at most max_tokens in all (never below the question tokens), and
+ * STANDING and SPEC wait for a step without questions. Items are in class order, so this keeps
+ * a prefix; an item cut short keeps the rest of its tokens queued. */
+void rill__sched_limit(model_t *m, int32_t max_tokens) {
     int32_t T = 0, i = 0;
-    for (; i < m->n_items && T < max_tokens; i++) {
+    for (; i < m->n_items && m->item_class[i] < RILL_SCHED_INGEST; i++) {
+        T += m->items[i].n; /* question work */
+    }
+    max_tokens = max_tokens > T ? max_tokens : T;
+    for (; i < m->n_items && m->item_class[i] == RILL_SCHED_INGEST && T < max_tokens; i++) {
         int32_t left = max_tokens - T;
         if (m->items[i].n > left) {
             m->items[i].n = left;
@@ -210,10 +219,6 @@ static void trim(model_t *m, int32_t max_tokens) {
         T += m->items[i].n;
     }
     m->n_items = i;
-    m->top = RILL_SCHED_N_CLASSES;
-    for (int32_t j = 0; j < m->n_items; j++) {
-        m->top = m->item_class[j] < m->top ? m->item_class[j] : m->top;
-    }
 }
 
 /* At exhaustion of m's pool: frees the fork of its lowest-class request. False when none is
@@ -237,7 +242,7 @@ static bool reclaim(rill_sched_t *sch, const model_t *m) {
     sch->st.reclaimed++;
     if (victim->kind == REQ_STANDING) {
         rill__sched_abandon(sch, victim);
-        victim->retry_step = sch->st.steps + 16;
+        victim->retry_step = m->steps + 16;
     } else {
         char msg[200];
         snprintf(msg, sizeof msg, "KV budget exhausted (%d free of %d pages): fork reclaimed",
@@ -350,17 +355,23 @@ static void pick(rill_sched_t *sch, model_t *m, int64_t t1) {
 
 typedef enum pass_outcome {
     PASS_RAN,       /* evaluated (or failed in the forward pass: its requests were told) */
+    PASS_EMPTY,     /* nothing left to run after the step's limits */
     PASS_PREEMPTED, /* stopped for a question: end the step now */
     PASS_STUCK      /* the pool is exhausted and nothing is left to reclaim */
 } pass_outcome_t;
 
-/* Runs m's batch (rebuilt after a reclaim); *ns receives the time it took. questions: an earlier
- * pass of this step carried question work. */
-static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, int64_t *ns) {
+/* Runs m's batch (rebuilt after a reclaim, and limited again when an earlier pass of this step
+ * carried question work: spent_ns of the step's delay bound is used). *ns receives the time it
+ * took. */
+static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, int64_t spent_ns,
+                               int64_t *ns) {
     *ns = 0;
     for (;;) {
+        if (questions) {
+            rill__sched_limit(m, fit_tokens(sch, m, sch->prm.max_delay_ns - spent_ns - *ns));
+        }
         if (m->n_items == 0) {
-            return PASS_RAN;
+            return PASS_EMPTY;
         }
         arm_preemption(sch, m->questions);
         int64_t t0 = rill__sched_now();
@@ -368,12 +379,12 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         int64_t t1 = rill__sched_now();
         bool preempted = disarm_preemption(sch);
         *ns += t1 - t0;
-        sch->st.busy_ns += t1 - t0;
-        m->busy_ns += t1 - t0;
         if (err == RILL_ECANCELED && preempted) {
             /* nothing changed but pages trimmed and logits invalidated: the tokens stay
              * queued (rill_session_step's forward-error contract) and run again later */
             sch->st.preempted++;
+            sch->st.busy_ns += t1 - t0;
+            m->busy_ns += t1 - t0;
             return PASS_PREEMPTED;
         }
         if (err == RILL_EFULL) {
@@ -381,10 +392,16 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
                 build_batch(sch, m);
                 continue;
             }
-            RILL_LOGE("scheduler: model %s: %s with no fork left to reclaim", m->name,
-                      rill_session_pool_last_error(m->pool));
+            /* nothing to reclaim: only a command (a close, a cancel) can free pages of this
+             * pool, so the model sits out until one arrives (rill__sched_unstick) */
+            RILL_LOGE("scheduler: model %s: %s with no fork left to reclaim; waiting for a "
+                      "command",
+                      m->name, rill_session_pool_last_error(m->pool));
+            m->stuck = true;
             return PASS_STUCK;
         }
+        sch->st.busy_ns += t1 - t0;
+        m->busy_ns += t1 - t0;
         sch->st.steps++;
         m->steps++;
         int32_t T = 0;
@@ -413,12 +430,21 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
     }
 }
 
+void rill__sched_unstick(rill_sched_t *sch) {
+    for (int32_t i = 0; i < sch->n_models; i++) {
+        sch->models[i].stuck = false;
+    }
+}
+
 /* Builds every model's batch; the models with work, in the order they run, go to sch->order.
  * Returns how many. */
 static int32_t plan(rill_sched_t *sch) {
     int32_t n = 0;
     for (int32_t k = 0; k < sch->n_models; k++) {
         model_t *m = &sch->models[(sch->rr + (uint64_t)k) % (uint64_t)sch->n_models];
+        if (m->stuck) {
+            continue;
+        }
         build_batch(sch, m);
         if (m->n_items == 0) {
             continue;
@@ -443,7 +469,7 @@ bool rill__sched_step(rill_sched_t *sch) {
         /* nothing else to do: refreshes backed off after a reclaim may run now */
         bool retry = false;
         for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-            if (r->kind == REQ_STANDING && r->stale && r->retry_step > sch->st.steps) {
+            if (r->kind == REQ_STANDING && r->stale && r->retry_step > r->sess->m->steps) {
                 r->retry_step = 0;
                 retry = true;
             }
@@ -460,15 +486,11 @@ bool rill__sched_step(rill_sched_t *sch) {
     int64_t spent = 0;
     for (int32_t k = 0; k < n; k++) {
         model_t *m = sch->order[k];
-        if (questions && !m->questions) {
-            /* the delay bound is the step's: lower work fills what is left of it */
-            trim(m, fit_tokens(sch, m, sch->prm.max_delay_ns - spent));
-        }
         int64_t ns = 0;
-        pass_outcome_t o = run_pass(sch, m, questions, &ns);
+        pass_outcome_t o = run_pass(sch, m, questions, spent, &ns);
         spent += ns;
-        questions |= m->questions;
-        ran |= o != PASS_STUCK;
+        questions |= m->questions && o == PASS_RAN;
+        ran |= o == PASS_RAN || o == PASS_PREEMPTED;
         if (o == PASS_PREEMPTED) {
             break;
         }

@@ -23,6 +23,7 @@
 #include "rill_scheduler.h"
 #include "rill_session.h"
 #include "rill_tokenizer.h"
+#include "sched_internal.h" /* rill__sched_limit, tested directly */
 
 #define QWEN  "rill-tiny-qwen2-F32.gguf"
 #define LLAMA "rill-tiny-llama-F32.gguf"
@@ -1357,10 +1358,268 @@ START_TEST(model_lists_are_checked) {
     sp.model_steps = (rill_sched_model_steps_t)7;
     ck_assert_int_eq(rill_sched_new_models(ok, 2, &sp, &sch), RILL_EINVAL);
     ck_assert_ptr_null(sch);
+    sp = rill_sched_default_params();
+    sp.step_tokens = 65; /* above the pools' max_batch of 64 */
+    ck_assert_int_eq(rill_sched_new_models(ok, 2, &sp, &sch), RILL_EINVAL);
+    /* a second pool over model a's forward would share the one preemption flag */
+    rill_session_pool_params_t pp = rill_session_pool_default_params();
+    pp.n_cells = 1024;
+    rill_session_pool_t *same_fw = NULL;
+    ck_assert_int_eq(rill_session_pool_new(a.fw, &pp, &same_fw), RILL_OK);
+    rill_sched_model_t shared_fw[2] = { { "a", a.pool }, { "b", same_fw } };
+    ck_assert_int_eq(rill_sched_new_models(shared_fw, 2, NULL, &sch), RILL_EINVAL);
+    ck_assert_ptr_null(sch);
+    long_name[RILL_SCHED_MODEL_NAME - 1] = '\0'; /* 63 bytes: the longest name */
+    rill_sched_model_t longest[2] = { { long_name, a.pool }, { "b", b.pool } };
+    ck_assert_int_eq(rill_sched_new_models(longest, 2, NULL, &sch), RILL_OK);
+    ck_assert_int_eq(rill_sched_find_model(sch, long_name), 0);
+    rill_sched_destroy(&sch);
     ck_assert_int_eq(rill_sched_new_models(ok, 2, NULL, &sch), RILL_OK);
     rill_sched_destroy(&sch);
+    rill_session_pool_destroy(&same_fw);
     rig_close(&a);
     rig_close(&b);
+}
+END_TEST
+
+/* rill__sched_limit (a later pass of a step with question work): the pass's own question work
+ * stays whole however small the budget, INGEST fills up to the budget (an item cut short loses
+ * its logits), STANDING and SPEC never run. */
+START_TEST(later_passes_are_limited) {
+    rill_session_step_t items[6];
+    rill_sched_class_t cls[6] = { RILL_SCHED_DECODE, RILL_SCHED_PREFILL,  RILL_SCHED_INGEST,
+                                  RILL_SCHED_INGEST, RILL_SCHED_STANDING, RILL_SCHED_SPEC };
+    const int32_t n[6] = { 1, 6, 10, 10, 3, 2 };
+    model_t m;
+    memset(&m, 0, sizeof m);
+    m.items = items;
+    m.item_class = cls;
+    const struct {
+        int32_t budget, n_items, last_n;
+        bool last_logits;
+    } cases[] = { { 20, 4, 3, false },    /* 1 + 6 + 10 + 3 */
+                  { 0, 2, 6, true },      /* the question work alone */
+                  { 17, 3, 10, true },    /* exactly the first ingest item */
+                  { 500, 4, 10, true } }; /* all the ingest, never standing or spec */
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        for (int i = 0; i < 6; i++) {
+            items[i] = (rill_session_step_t){ .s = NULL, .n = n[i], .logits = true };
+        }
+        m.n_items = 6;
+        rill__sched_limit(&m, cases[k].budget);
+        ck_assert_int_eq(m.n_items, cases[k].n_items);
+        ck_assert_int_eq(items[m.n_items - 1].n, cases[k].last_n);
+        ck_assert(items[m.n_items - 1].logits == cases[k].last_logits);
+        ck_assert_int_eq(items[0].n, 1);
+        ck_assert_int_eq(items[1].n, 6);
+    }
+    /* a pass without question work: ingest up to the budget, nothing of lower classes */
+    rill_sched_class_t low[3] = { RILL_SCHED_INGEST, RILL_SCHED_STANDING, RILL_SCHED_SPEC };
+    m.item_class = low;
+    for (int i = 0; i < 3; i++) {
+        items[i] = (rill_session_step_t){ .s = NULL, .n = 16, .logits = false };
+    }
+    m.n_items = 3;
+    rill__sched_limit(&m, 5);
+    ck_assert_int_eq(m.n_items, 1);
+    ck_assert_int_eq(items[0].n, 5);
+    m.n_items = 3;
+    items[0].n = 16;
+    rill__sched_limit(&m, 0);
+    ck_assert_int_eq(m.n_items, 0);
+}
+END_TEST
+
+/* Two models over the tiny qwen2 and llama files, pool cells per model, one scheduler. */
+typedef struct two {
+    rig_t a, b;
+    rill_sched_t *sch;
+    int V;
+} two_t;
+
+static void two_open(two_t *t, int64_t cells_a, int64_t cells_b, const rill_sched_params_t *sp) {
+    rig_open_file(&t->a, QWEN, cells_a, sp, false);
+    rig_open_file(&t->b, LLAMA, cells_b, sp, false);
+    rill_sched_model_t ms[2] = { { .name = "asr", .pool = t->a.pool },
+                                 { .name = "llm", .pool = t->b.pool } };
+    t->sch = NULL;
+    ck_assert_int_eq(rill_sched_new_models(ms, 2, sp, &t->sch), RILL_OK);
+    t->V = t->a.V < t->b.V ? t->a.V : t->b.V;
+}
+
+static void two_close(two_t *t) {
+    rill_sched_destroy(&t->sch);
+    rig_close(&t->a);
+    rig_close(&t->b);
+}
+
+/* A speculation running on model 1 takes no tokens in the steps of a question on model 0:
+ * refreshes and speculation wait for steps without questions, whichever model they are on. */
+START_TEST(other_models_speculation_waits_for_questions) {
+    two_t t;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 16;
+    sp.max_delay_ns = 10 * SEC;
+    two_open(&t, 8192, 8192, &sp);
+    int32_t data[60], guess[20], q[6];
+    random_tokens(data, 60, t.V);
+    random_tokens(guess, 20, t.V);
+    random_tokens(q, 6, t.V);
+    rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
+    ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 60), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 60), RILL_OK);
+    ck_assert_int_eq(rill_sched_wait_idle(t.sch, 60 * SEC), RILL_OK);
+    outcome_t os, o;
+    outcome_init(&os);
+    outcome_init(&o);
+    rill_sched_ask_t r = ask_of(NULL, 0, 150, &os), a = ask_of(q, 6, 8, &o);
+    rill_sched_rid_t spec, rid;
+    ck_assert_int_eq(rill_sched_spec_start(t.sch, sb, guess, 20, &r, &spec), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(t.sch, sa, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    ck_assert_int_eq(rill_sched_wait_idle(t.sch, 60 * SEC), RILL_OK);
+    rill_sched_stats_t st;
+    rill_sched_stats(t.sch, &st);
+    ck_assert_int_eq(st.question_step_filler, 0);
+    rill_sched_model_info_t mi;
+    ck_assert_int_eq(rill_sched_model_info(t.sch, 1, &mi), RILL_OK);
+    ck_assert_int_eq(mi.tokens[RILL_SCHED_SPEC], 20 + 149); /* guess, then the held reply */
+    two_close(&t);
+    outcome_deinit(&os);
+    outcome_deinit(&o);
+}
+END_TEST
+
+/* Shared prompts are per model: the same prompt and policy on both models makes one template
+ * each, and every session answers as its own model's direct query of prompt + data does. */
+START_TEST(templates_are_per_model) {
+    two_t t;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    two_open(&t, 8192, 8192, &sp);
+    int32_t prompt[40], data[30], q[6], want[4], all[70];
+    random_tokens(prompt, 40, t.V);
+    random_tokens(data, 30, t.V);
+    random_tokens(q, 6, t.V);
+    memcpy(all, prompt, sizeof prompt);
+    memcpy(all + 40, data, sizeof data);
+    rill_sched_sid_t ids[4];
+    char msg[200];
+    for (int i = 0; i < 4; i++) {
+        rill_sched_session_params_t p = rill_sched_session_default_params();
+        p.model = i % 2;
+        p.session.prompt = prompt;
+        p.session.n_prompt = 40;
+        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &ids[i], msg, sizeof msg), RILL_OK);
+    }
+    rill_sched_model_info_t mi;
+    for (int m = 0; m < 2; m++) {
+        ck_assert_int_eq(rill_sched_model_info(t.sch, m, &mi), RILL_OK);
+        ck_assert_int_eq(mi.tokens[RILL_SCHED_INGEST], 40); /* its prompt, once */
+    }
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(rill_sched_ingest(t.sch, ids[i], data, 30), RILL_OK);
+        outcome_t o;
+        outcome_init(&o);
+        rill_sched_ask_t a = ask_of(q, 6, 4, &o);
+        rill_sched_rid_t rid;
+        ck_assert_int_eq(rill_sched_ask(t.sch, ids[i], &a, &rid), RILL_OK);
+        wait_done(&o, 1);
+        ck_assert_int_eq(o.a.status, RILL_OK);
+        ck_assert_int_eq(direct_answer(i % 2 == 0 ? &t.a : &t.b, all, 70, q, 6, 4, want), 4);
+        ck_assert_mem_eq(o.tokens, want, 4 * sizeof(int32_t));
+        outcome_deinit(&o);
+    }
+    two_close(&t);
+}
+END_TEST
+
+/* Admission is per model: model 1's small budget fills (RILL_EFULL naming it) while model 0
+ * still admits; closing returns pages to the right model; max_sessions counts all models. */
+START_TEST(admission_is_per_model) {
+    two_t t;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    sp.max_sessions = 5;
+    two_open(&t, 8192, 1024, &sp); /* model 1: 64 pages, 8 held back: 56 reservable */
+    rill_sched_session_params_t p = rill_sched_session_default_params();
+    p.model = 1;
+    p.session.n_sink = 16;
+    p.session.window = 224; /* 15 pages (the tiny model's context is 256) */
+    rill_sched_sid_t b[4], a0;
+    char msg[300] = "";
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[i], msg, sizeof msg), RILL_OK);
+    }
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3], msg, sizeof msg), RILL_EFULL);
+    ck_assert_msg(strstr(msg, "model llm") != NULL, "message: %s", msg);
+    rill_sched_model_info_t mi;
+    ck_assert_int_eq(rill_sched_model_info(t.sch, 1, &mi), RILL_OK);
+    ck_assert_int_eq(mi.reserved_pages, 3 * 15);
+    ck_assert_int_eq(mi.n_sessions, 3);
+    p.model = 0;
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_model_info(t.sch, 0, &mi), RILL_OK);
+    ck_assert_int_eq(mi.reserved_pages, 15);
+    ck_assert_int_eq(rill_sched_session_close(t.sch, b[1]), RILL_OK);
+    ck_assert_int_eq(rill_sched_model_info(t.sch, 1, &mi), RILL_OK);
+    ck_assert_int_eq(mi.reserved_pages, 2 * 15);
+    ck_assert_int_eq(rill_sched_model_info(t.sch, 0, &mi), RILL_OK);
+    ck_assert_int_eq(mi.reserved_pages, 15);
+    p.model = 1;
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[1], msg, sizeof msg), RILL_OK);
+    /* 4 open now; max_sessions 5 over both models */
+    p.model = 0;
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3], msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0, msg, sizeof msg), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(msg, "max_sessions"));
+    two_close(&t);
+}
+END_TEST
+
+/* Exhaustion of one model's pool reclaims only that model's forks: a speculation held on the
+ * other model survives and commits. */
+START_TEST(reclaim_stays_within_the_model) {
+    two_t t;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 32;
+    sp.overflow_pages = 4;
+    two_open(&t, 20 * 16, 8192, &sp);
+    int32_t data[200], guess[50], q[50];
+    random_tokens(data, 200, t.V);
+    random_tokens(guess, 50, t.V);
+    random_tokens(q, 50, t.V);
+    rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
+    ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 200), RILL_OK); /* 13 of 20 pages */
+    ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 200), RILL_OK);
+    ck_assert_int_eq(rill_sched_wait_idle(t.sch, 60 * SEC), RILL_OK);
+    outcome_t oa, ob, oq;
+    outcome_init(&oa);
+    outcome_init(&ob);
+    outcome_init(&oq);
+    rill_sched_ask_t ra = ask_of(NULL, 0, 6, &oa), rb = ask_of(NULL, 0, 6, &ob);
+    rill_sched_rid_t spa, spb, rid;
+    ck_assert_int_eq(rill_sched_spec_start(t.sch, sa, guess, 50, &ra, &spa), RILL_OK);
+    ck_assert_int_eq(rill_sched_spec_start(t.sch, sb, guess, 50, &rb, &spb), RILL_OK);
+    ck_assert_int_eq(rill_sched_wait_idle(t.sch, 60 * SEC), RILL_OK);
+    rill_sched_ask_t a = ask_of(q, 50, 6, &oq); /* needs 4 pages of model 0: 3 free */
+    ck_assert_int_eq(rill_sched_ask(t.sch, sa, &a, &rid), RILL_OK);
+    wait_done(&oq, 1);
+    ck_assert_int_eq(oq.a.status, RILL_OK);
+    wait_done(&oa, 1);
+    ck_assert_int_eq(oa.a.status, RILL_ECANCELED); /* model 0's own speculation went */
+    ck_assert_int_eq(rill_sched_spec_commit(t.sch, spb, guess, 50), RILL_OK);
+    wait_done(&ob, 1);
+    ck_assert_int_eq(ob.a.status, RILL_OK); /* model 1's was not touched */
+    ck_assert(ob.a.adopted);
+    rill_sched_stats_t st;
+    rill_sched_stats(t.sch, &st);
+    ck_assert_int_eq(st.reclaimed, 1);
+    outcome_deinit(&oa);
+    outcome_deinit(&ob);
+    outcome_deinit(&oq);
+    two_close(&t);
 }
 END_TEST
 
@@ -1577,6 +1836,11 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, models_keep_their_own_sessions);
         tcase_add_test(tc, models_share_the_delay_bound);
         tcase_add_test(tc, model_lists_are_checked);
+        tcase_add_test(tc, later_passes_are_limited);
+        tcase_add_test(tc, other_models_speculation_waits_for_questions);
+        tcase_add_test(tc, templates_are_per_model);
+        tcase_add_test(tc, admission_is_per_model);
+        tcase_add_test(tc, reclaim_stays_within_the_model);
     }
     tcase_add_test(tc, stress_sixteen_sessions_isolated);
     suite_add_tcase(su, tc);
