@@ -159,7 +159,7 @@ static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind,
     ck_assert_msg(err == RILL_OK, "%s: %s", path, msg);
     rill_backend_params_t bp = rill_backend_default_params();
     bp.kind = kind;
-    bp.n_threads = threads;
+    bp.cpu.n_threads = threads;
     bp.attn = attn;
     ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
     rill_forward_params_t fp = rill_forward_default_params();
