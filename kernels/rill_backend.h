@@ -21,8 +21,9 @@
  *     same inputs: every op below gives the reference backend's bits (NaN where the reference
  *     has NaN), whatever the batch's other tokens, the thread count or the task split, for both
  *     attention kernels; and the reference's bits are llama.cpp's for every op except attention
- *     with RILL_ATTN_FLASH (see Numerics below; tests/test_forward.c holds whole forward passes
- *     to llama.cpp's logits bit for bit, F32 cache, flash off). Rows: "ref", and "cpu" at every
+ *     with RILL_ATTN_FLASH (see Numerics below, which also names the one unreproduced corner of
+ *     llama.cpp's Q8_K quantizer; tests/test_forward.c holds whole forward passes to llama.cpp's
+ *     logits bit for bit, F32 cache, flash off). Rows: "ref", and "cpu" at every
  *     SIMD level (cpu-scalar, cpu-avx2, and cpu-avx512, whose AVX-512 flash kernel gives the
  *     AVX2 kernel's bits).
  *     The flash kernel within this class: bit-exact across these backends to rill's own flash
@@ -34,11 +35,11 @@
  *   RILL_NUMERICS_TOLERANCE: within stated tolerances. Each op's result lies within the
  *     tolerance that tests/test_kernels.c's backend-ops table states for that op, type and shape,
  *     relative to the reference backend on the same inputs (for matmul, of sum |w x|; otherwise
- *     of max |output|, absolute for attention, whose V is in [-1, 1] there); the table holds
- *     memory movement (page copies, stores to an F32 pool), f16 conversion and arg-max on given
- *     rows to 0 in every class. No promise of bits, nor of a result independent of the batch or
- *     the thread count. For: any device backend, and (for whole forward passes, relative to
- *     llama.cpp) an instance created with RILL_ATTN_FLASH.
+ *     of max |output|, absolute for attention, whose V is in [-1, 1] there); what has no rounding
+ *     of its own is held to 0 in every class (lookups of float rows, additions, KV stores, page
+ *     copies, arg-max of given rows). No promise of bits, nor of a result independent of the
+ *     batch or the thread count. For: any device backend, and (for whole forward passes,
+ *     relative to llama.cpp) an instance created with RILL_ATTN_FLASH.
  *   The backend-ops test runs every available row (every SIMD level of "cpu", 1 and 2 threads,
  *   both attention kernels) against "ref" with its row's class: tolerance 0 for EXACT.
  *
