@@ -269,7 +269,7 @@ int main(int argc, char **argv) {
             for (int hi = 0; hi < (bk == 0 ? n_threads_list : 1); hi++) {
                 rill_backend_params_t p = rill_backend_default_params();
                 p.kind = bk == 0 ? RILL_BACKEND_CPU : RILL_BACKEND_REF;
-                p.n_threads = atoi(threads_s[hi]);
+                p.cpu.n_threads = atoi(threads_s[hi]);
                 p.max_batch = 512;
                 p.max_n_in = 1536;
                 rill_backend_t *b = NULL;
@@ -355,7 +355,7 @@ int main(int argc, char **argv) {
         rill_backend_t *b[2] = { NULL, NULL }; /* [RILL_ATTN_EXACT], [RILL_ATTN_FLASH] */
         for (int k = 0; k < 2; k++) {
             rill_backend_params_t p = rill_backend_default_params();
-            p.n_threads = atoi(threads_s[hi]);
+            p.cpu.n_threads = atoi(threads_s[hi]);
             p.max_batch = 512;
             p.max_n_in = 1536;
             p.attn = k == 0 ? RILL_ATTN_EXACT : RILL_ATTN_FLASH;

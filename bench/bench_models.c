@@ -164,7 +164,7 @@ static int open_engine(const opts_t *o, engine_t *e) {
         return -1;
     }
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = o->threads;
+    bp.cpu.n_threads = o->threads;
     bp.attn = RILL_ATTN_FLASH; /* what rilld runs */
     if (rill_backend_new(&bp, &e->be) != RILL_OK) {
         fprintf(stderr, "bench_models: no backend\n");

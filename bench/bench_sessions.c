@@ -348,7 +348,7 @@ int main(int argc, char **argv) {
     }
 
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = o.threads;
+    bp.cpu.n_threads = o.threads;
     rill_backend_t *be = NULL;
     rill_forward_t *fw = NULL;
     rill_forward_params_t fp = rill_forward_default_params();

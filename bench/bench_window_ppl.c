@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
     int V = rill_model_hparams(model)->n_vocab;
 
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = o.threads;
+    bp.cpu.n_threads = o.threads;
     rill_backend_t *be = NULL;
     rill_forward_t *fw = NULL;
     rill_forward_params_t fp = rill_forward_default_params();

@@ -47,7 +47,7 @@ int local_open(local_t *l, const local_opts_t *o) {
         fprintf(stderr, "rill: --attn must be exact or flash, got '%s'\n", o->attn);
         goto fail;
     }
-    bp.n_threads = (int)o->threads;
+    bp.cpu.n_threads = (int)o->threads;
     int64_t widest = l->hp->n_ff > l->hp->n_embd ? l->hp->n_ff : l->hp->n_embd;
     if (bp.max_n_in < widest) {
         bp.max_n_in = widest;
@@ -55,7 +55,7 @@ int local_open(local_t *l, const local_opts_t *o) {
     err = rill_backend_new(&bp, &l->be);
     if (err != RILL_OK) {
         const char *why = err == RILL_EUNSUPPORTED && bp.kind == RILL_BACKEND_CPU
-                              ? rill_backend_simd_unsupported(bp.simd)
+                              ? rill_backend_simd_unsupported(bp.cpu.simd)
                               : NULL;
         fprintf(stderr, "rill: cannot create the %s backend: %s%s%s\n",
                 o->backend ? o->backend : "cpu", rill_strerror(err), why ? ": " : "",

@@ -11,10 +11,13 @@
  * then for the requested rows only: logits = (rmsnorm(x) * output_norm) Wout^T.
  *
  * This file never touches activation memory: every buffer is a backend pointer and only the
- * logits cross to the host, so a GPU backend runs the same code. The order of operations and
- * the places where values are rounded follow llama.cpp's graph for these architectures (norm,
- * bias add, rope, then K/V stored in the cache type), because the tests hold rill to llama.cpp's
- * logits and greedy continuations.
+ * logits cross to the host, so a GPU backend runs the same code. rill_forward_eval_ids moves not
+ * even those: the output's arg-max ids stay in backend memory (rill_forward_ids_t) and the next
+ * pass embeds them from there, so a greedy decode loop crosses to the host only when the caller
+ * reads the ids. Page copies go to the backend as one call over every layer's pool. The order of
+ * operations and the places where values are rounded follow llama.cpp's graph for these
+ * architectures (norm, bias add, rope, then K/V stored in the cache type), because the tests hold
+ * rill to llama.cpp's logits and greedy continuations.
  *
  * Rejected: fusing the Q/K/V projections into one matmul over a concatenated weight. It would
  * save two activation quantizations per layer but needs a repacked copy of the weights (the
@@ -69,6 +72,13 @@ struct rill_kv_cache {
     rill_kv_layout_t layout;
     int64_t pool_bytes; /* per layer */
     void *mem;          /* n_layer pools back to back */
+    void **pools;       /* host: [n_layer] layer pools (backend pointers), for page copies */
+};
+
+struct rill_forward_ids {
+    rill_forward_t *fw;
+    int32_t *ids; /* backend memory: [capacity] */
+    int32_t capacity, count;
 };
 
 rill_forward_params_t rill_forward_default_params(void) {
@@ -293,10 +303,19 @@ rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t pag
     kv->fw = fw;
     kv->layout = layout;
     kv->pool_bytes = pool;
+    kv->pools = rill_calloc(RILL_MEM_MODEL, (size_t)fw->hp.n_layer, sizeof *kv->pools);
+    if (kv->pools == NULL) {
+        rill_free(kv);
+        return RILL_ENOMEM;
+    }
     rill_err_t err = rill_backend_alloc(fw->be, (size_t)(pool * fw->hp.n_layer), &kv->mem);
     if (err != RILL_OK) {
+        rill_free(kv->pools);
         rill_free(kv);
         return err;
+    }
+    for (int32_t l = 0; l < fw->hp.n_layer; l++) {
+        kv->pools[l] = (char *)kv->mem + (int64_t)l * pool;
     }
     *out = kv;
     return RILL_OK;
@@ -308,6 +327,7 @@ void rill_kv_cache_destroy(rill_kv_cache_t **kvp) {
     }
     rill_kv_cache_t *kv = *kvp;
     rill_backend_free(kv->fw->be, kv->mem);
+    rill_free(kv->pools);
     rill_free(kv);
     *kvp = NULL;
 }
@@ -325,6 +345,21 @@ void *rill_kv_cache_pool(rill_kv_cache_t *kv, int32_t layer) {
 
 int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv) {
     return kv->pool_bytes * kv->fw->hp.n_layer;
+}
+
+rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, const int32_t *dst,
+                                    int32_t n) {
+    if (kv == NULL) {
+        return RILL_EINVAL;
+    }
+    rill_forward_t *fw = kv->fw;
+    rill_err_t err =
+        rill_backend_kv_copy_pages(fw->be, &kv->layout, kv->pools, fw->hp.n_layer, src, dst, n);
+    if (err != RILL_OK) {
+        snprintf(fw->err, sizeof fw->err, "page copy: %s (%s)", rill_strerror(err),
+                 rill_backend_last_error(fw->be));
+    }
+    return err;
 }
 
 /* ---- the pass ---- */
@@ -377,26 +412,108 @@ static rill_err_t block(rill_forward_t *fw, const layer_t *ly, const rill_kv_lay
     return RILL_OK;
 }
 
-/* Logits of the requested rows, max_logits rows per output matmul. */
-static rill_err_t output(rill_forward_t *fw, const int32_t *rows, int32_t n_out, float *host) {
+/* Logits of rows[0, n) (batch token indices) into fw->logits (n <= max_logits). */
+static rill_err_t project(rill_forward_t *fw, const int32_t *rows, int32_t n) {
     rill_backend_t *b = fw->be;
-    int64_t E = fw->hp.n_embd, V = fw->hp.n_vocab;
+    int64_t E = fw->hp.n_embd;
+    rill_err_t err;
+    for (int32_t j = 0; j < n; j++) {
+        err = rill_backend_copy(b, fw->xo + (int64_t)j * E, fw->x + (int64_t)rows[j] * E,
+                                (size_t)E * sizeof(float));
+        if (err != RILL_OK) {
+            return fail(fw, err, "gather output rows");
+        }
+    }
+    if ((err = rill_backend_rms_norm(b, fw->xo, fw->xo, fw->out_norm, n, E, fw->hp.rms_eps)) ||
+        (err = rill_backend_matmul(b, fw->logits, fw->xo,
+                                   fw->output != NULL ? fw->output : fw->tok_embd, n))) {
+        return fail(fw, err, "output");
+    }
+    return RILL_OK;
+}
+
+/* Logits of the requested rows to the host, or (ids != NULL) their arg-max ids into backend
+ * memory; max_logits rows per output matmul. */
+static rill_err_t output(rill_forward_t *fw, const int32_t *rows, int32_t n_out, float *host,
+                         int32_t *ids) {
+    int64_t V = fw->hp.n_vocab;
     rill_err_t err;
     for (int32_t j0 = 0; j0 < n_out; j0 += fw->max_logits) {
         int32_t n = n_out - j0 < fw->max_logits ? n_out - j0 : fw->max_logits;
-        for (int32_t j = 0; j < n; j++) {
-            err = rill_backend_copy(b, fw->xo + (int64_t)j * E, fw->x + (int64_t)rows[j0 + j] * E,
-                                    (size_t)E * sizeof(float));
-            if (err != RILL_OK) {
-                return fail(fw, err, "gather output rows");
-            }
+        if ((err = project(fw, rows + j0, n)) != RILL_OK) {
+            return err;
         }
-        if ((err = rill_backend_rms_norm(b, fw->xo, fw->xo, fw->out_norm, n, E, fw->hp.rms_eps)) ||
-            (err = rill_backend_matmul(b, fw->logits, fw->xo,
-                                       fw->output != NULL ? fw->output : fw->tok_embd, n)) ||
-            (err = rill_backend_copy_out(b, host + (int64_t)j0 * V, fw->logits,
-                                         (size_t)(n * V) * sizeof(float)))) {
-            return fail(fw, err, "output");
+        err = ids != NULL ? rill_backend_argmax_resident(fw->be, fw->logits, n, V, ids + j0)
+                          : rill_backend_copy_out(fw->be, host + (int64_t)j0 * V, fw->logits,
+                                                  (size_t)(n * V) * sizeof(float));
+        if (err != RILL_OK) {
+            return fail(fw, err, ids != NULL ? "arg-max" : "output");
+        }
+    }
+    return RILL_OK;
+}
+
+/* The checks both evals share: the batch's size and the output rows. */
+static rill_err_t check_batch(rill_forward_t *fw, const rill_batch_t *batch,
+                              const int32_t *out_rows, int32_t n_out) {
+    int64_t T = batch->n_tok;
+    if (T < 1) {
+        snprintf(fw->err, sizeof fw->err, "empty batch");
+        return RILL_EINVAL;
+    }
+    if (T > fw->max_batch) {
+        snprintf(fw->err, sizeof fw->err, "batch of %lld tokens exceeds max_batch %d", (long long)T,
+                 fw->max_batch);
+        return RILL_ERANGE;
+    }
+    for (int32_t j = 0; j < n_out; j++) {
+        if (out_rows[j] < 0 || out_rows[j] >= T) {
+            snprintf(fw->err, sizeof fw->err, "output row %d outside the batch", out_rows[j]);
+            return RILL_EINVAL;
+        }
+    }
+    return RILL_OK;
+}
+
+static rill_err_t check_host_tokens(rill_forward_t *fw, const int32_t *tokens, int64_t T) {
+    for (int64_t i = 0; i < T; i++) {
+        if (tokens[i] < 0 || tokens[i] >= fw->hp.n_vocab) {
+            snprintf(fw->err, sizeof fw->err,
+                     "token %d at batch index %lld is outside the "
+                     "vocabulary [0, %d)",
+                     tokens[i], (long long)i, fw->hp.n_vocab);
+            return RILL_EINVAL;
+        }
+    }
+    return RILL_OK;
+}
+
+/* Embedding and every layer of the batch; tokens from the host or (tokens_host NULL) from
+ * backend memory. */
+static rill_err_t run_layers(rill_forward_t *fw, rill_kv_cache_t *kv, const rill_batch_t *batch,
+                             const int32_t *tokens_host, const int32_t *tokens_resident) {
+    const int64_t T = batch->n_tok;
+    rill_err_t err = rill_backend_set_batch(fw->be, batch);
+    if (err != RILL_OK) {
+        return fail(fw, err, "batch");
+    }
+    err = tokens_host != NULL
+              ? rill_backend_get_rows(fw->be, fw->x, fw->tok_embd, tokens_host, T)
+              : rill_backend_get_rows_resident(fw->be, fw->x, fw->tok_embd, tokens_resident, T);
+    if (err != RILL_OK) {
+        return fail(fw, err,
+                    tokens_host != NULL ? "embedding"
+                                        : "embedding (a resident id is outside the "
+                                          "vocabulary)");
+    }
+    for (int32_t l = 0; l < fw->hp.n_layer; l++) {
+        if (fw->cancel != NULL && atomic_load_explicit(fw->cancel, memory_order_acquire) != 0) {
+            snprintf(fw->err, sizeof fw->err, "cancelled before layer %d", l);
+            return RILL_ECANCELED;
+        }
+        err = block(fw, &fw->layers[l], &kv->layout, rill_kv_cache_pool(kv, l), T);
+        if (err != RILL_OK) {
+            return err;
         }
     }
     return RILL_OK;
@@ -409,50 +526,116 @@ rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
         (n_out > 0 && (out_rows == NULL || logits_host == NULL)) || kv->fw != fw) {
         return RILL_EINVAL;
     }
-    int64_t T = batch->n_tok;
-    if (T < 1) {
-        snprintf(fw->err, sizeof fw->err, "empty batch");
+    rill_err_t err = check_batch(fw, batch, out_rows, n_out);
+    if (err == RILL_OK) {
+        err = check_host_tokens(fw, tokens, batch->n_tok);
+    }
+    if (err == RILL_OK) {
+        err = run_layers(fw, kv, batch, tokens, NULL);
+    }
+    if (err == RILL_OK && n_out > 0) {
+        err = output(fw, out_rows, n_out, logits_host, NULL);
+    }
+    return err;
+}
+
+rill_err_t rill_forward_eval_ids(rill_forward_t *fw, rill_kv_cache_t *kv, const rill_batch_t *batch,
+                                 const int32_t *tokens_host, const rill_forward_ids_t *tokens,
+                                 const int32_t *out_rows, int32_t n_out, rill_forward_ids_t *next) {
+    if (fw == NULL || kv == NULL || batch == NULL || next == NULL || out_rows == NULL ||
+        n_out < 1 || kv->fw != fw || next->fw != fw) {
         return RILL_EINVAL;
     }
-    if (T > fw->max_batch) {
-        snprintf(fw->err, sizeof fw->err, "batch of %lld tokens exceeds max_batch %d", (long long)T,
-                 fw->max_batch);
+    if ((tokens_host == NULL) == (tokens == NULL)) {
+        snprintf(fw->err, sizeof fw->err, "give the tokens either from the host or resident");
+        return RILL_EINVAL;
+    }
+    if (tokens != NULL && (tokens->fw != fw || tokens->count < batch->n_tok)) {
+        snprintf(fw->err, sizeof fw->err,
+                 "the resident tokens (%d ids) do not cover the batch's %d tokens, or belong to "
+                 "another forward",
+                 tokens->count, batch->n_tok);
+        return RILL_EINVAL;
+    }
+    if (n_out > next->capacity) {
+        snprintf(fw->err, sizeof fw->err, "%d output rows exceed the id buffer's capacity %d",
+                 n_out, next->capacity);
         return RILL_ERANGE;
     }
-    for (int64_t i = 0; i < T; i++) {
-        if (tokens[i] < 0 || tokens[i] >= fw->hp.n_vocab) {
-            snprintf(fw->err, sizeof fw->err,
-                     "token %d at batch index %lld is outside the "
-                     "vocabulary [0, %d)",
-                     tokens[i], (long long)i, fw->hp.n_vocab);
-            return RILL_EINVAL;
-        }
+    rill_err_t err = check_batch(fw, batch, out_rows, n_out);
+    if (err == RILL_OK && tokens_host != NULL) {
+        err = check_host_tokens(fw, tokens_host, batch->n_tok);
     }
-    for (int32_t j = 0; j < n_out; j++) {
-        if (out_rows[j] < 0 || out_rows[j] >= T) {
-            snprintf(fw->err, sizeof fw->err, "output row %d outside the batch", out_rows[j]);
-            return RILL_EINVAL;
-        }
-    }
-    rill_err_t err = rill_backend_set_batch(fw->be, batch);
     if (err != RILL_OK) {
-        return fail(fw, err, "batch");
+        return err;
     }
-    err = rill_backend_get_rows(fw->be, fw->x, fw->tok_embd, tokens, T);
+    err = run_layers(fw, kv, batch, tokens_host, tokens != NULL ? tokens->ids : NULL);
+    if (err == RILL_OK) {
+        err = output(fw, out_rows, n_out, NULL, next->ids);
+    }
+    next->count = err == RILL_OK ? n_out : 0;
+    return err;
+}
+
+/* ---- resident ids ---- */
+
+rill_err_t rill_forward_ids_new(rill_forward_t *fw, int32_t capacity, rill_forward_ids_t **out) {
+    if (out == NULL) {
+        return RILL_EINVAL;
+    }
+    *out = NULL;
+    if (fw == NULL || capacity < 1 || capacity > fw->max_batch) {
+        return RILL_EINVAL;
+    }
+    rill_forward_ids_t *ids = rill_calloc(RILL_MEM_MODEL, 1, sizeof *ids);
+    if (ids == NULL) {
+        return RILL_ENOMEM;
+    }
+    rill_err_t err =
+        rill_backend_alloc(fw->be, (size_t)capacity * sizeof(int32_t), (void **)&ids->ids);
     if (err != RILL_OK) {
-        return fail(fw, err, "embedding");
+        rill_free(ids);
+        return err;
     }
-    for (int32_t l = 0; l < fw->hp.n_layer; l++) {
-        if (fw->cancel != NULL && atomic_load_explicit(fw->cancel, memory_order_acquire) != 0) {
-            snprintf(fw->err, sizeof fw->err, "cancelled before layer %d", l);
-            return RILL_ECANCELED;
-        }
-        err = block(fw, &fw->layers[l], &kv->layout, rill_kv_cache_pool(kv, l), T);
-        if (err != RILL_OK) {
-            return err;
-        }
+    ids->fw = fw;
+    ids->capacity = capacity;
+    *out = ids;
+    return RILL_OK;
+}
+
+void rill_forward_ids_destroy(rill_forward_ids_t **idp) {
+    if (idp == NULL || *idp == NULL) {
+        return;
     }
-    return n_out > 0 ? output(fw, out_rows, n_out, logits_host) : RILL_OK;
+    rill_backend_free((*idp)->fw->be, (*idp)->ids);
+    rill_free(*idp);
+    *idp = NULL;
+}
+
+int32_t rill_forward_ids_count(const rill_forward_ids_t *ids) {
+    return ids != NULL ? ids->count : 0;
+}
+
+rill_err_t rill_forward_ids_read(rill_forward_ids_t *ids, int32_t *host_out, int32_t n) {
+    if (ids == NULL || (host_out == NULL && n > 0) || n < 0) {
+        return RILL_EINVAL;
+    }
+    if (n > ids->count) {
+        return RILL_ERANGE;
+    }
+    return rill_backend_copy_out(ids->fw->be, host_out, ids->ids, (size_t)n * sizeof(int32_t));
+}
+
+rill_err_t rill_forward_ids_write(rill_forward_ids_t *ids, const int32_t *host, int32_t n) {
+    if (ids == NULL || host == NULL || n < 1) {
+        return RILL_EINVAL;
+    }
+    if (n > ids->capacity) {
+        return RILL_ERANGE;
+    }
+    rill_err_t err = rill_backend_copy_in(ids->fw->be, ids->ids, host, (size_t)n * sizeof(int32_t));
+    ids->count = err == RILL_OK ? n : ids->count;
+    return err;
 }
 
 void rill_forward_set_cancel(rill_forward_t *fw, const atomic_int *flag) {

@@ -7,7 +7,8 @@
  * tokens. rill_forward_eval() then runs one batch through all layers: the tokens may belong to
  * different sequences at different positions (the batch's page tables say where each sequence's
  * K/V live in a rill_kv_cache_t), so prefill chunks and decode steps of many sessions share one
- * pass. Logits are computed only for the tokens the caller asks for.
+ * pass. Logits are computed only for the tokens the caller asks for, and copied to the host, or
+ * (rill_forward_eval_ids) reduced to arg-max ids that stay in backend memory for the next step.
  *
  * The KV cache here is storage only: n_layer paged pools with one layout (rill_kv_layout_t).
  * Which pages belong to which sequence is the caller's business (a contiguous cache is the
@@ -82,6 +83,17 @@ void *rill_kv_cache_pool(rill_kv_cache_t *kv, int32_t layer);
 /* Bytes of backend memory the cache holds. */
 int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv);
 
+/* Copies n whole pages in every layer at once (one rill_backend_kv_copy_pages() call over all
+ * the layers' pools): page dst[i] of each layer becomes a copy of page src[i] of that layer.
+ * src and dst are host arrays of n page indices in [0, n_pages); a source may repeat, a
+ * destination may not, and no page may be both (the order of the copies never matters).
+ * This is copy-on-write for many pages in one call (sessions/ uses it). n == 0 copies nothing.
+ * Errors: RILL_EINVAL (NULL, n < 0, an index out of range, a repeated destination, a page both
+ * read and written; detail in rill_forward_last_error of the cache's forward); on error
+ * nothing is copied. Blocks until done. */
+rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, const int32_t *dst,
+                                    int32_t n);
+
 /* Runs batch (rill_backend.h: per token its sequence, position, KV slot and visible KV count)
  * with tokens[i] the id of batch token i. Writes every token's K/V into kv. For each of the
  * n_out indices out_rows[j] (batch token indices, any order, repeats allowed) the logits of that
@@ -95,9 +107,66 @@ rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
                              const int32_t *tokens, const int32_t *out_rows, int32_t n_out,
                              float *logits_host);
 
-/* Lets another thread stop a pass: rill_forward_eval loads *flag (acquire) before each layer
- * and, when it is non-zero, returns RILL_ECANCELED there, the KV cache as after any error
- * (partial writes at the batch's slots only). flag NULL (the default): never. fw keeps the
+/* ---- sampled ids that stay in backend memory ------------------------------------------------
+ *
+ * A greedy decode step needs only the arg-max of its logits, and the next step needs only that
+ * id. rill_forward_eval_ids() runs the output projection and an arg-max in the backend and leaves
+ * the ids in a rill_forward_ids_t (backend memory); the next call can take its input tokens from
+ * that buffer. So a decode loop moves no logits and no ids across the host boundary (on a GPU:
+ * no per-token copy to the host) until the caller asks for the ids with rill_forward_ids_read():
+ *
+ *     rill_forward_eval_ids(fw, kv, &step0, prompt, NULL, &last, 1, ids);    host prompt in
+ *     for each next step:
+ *         rill_forward_eval_ids(fw, kv, &step, NULL, ids, rows, n, ids);     ids in, ids out
+ *     rill_forward_ids_read(ids, host, n);                                   when wanted
+ *
+ * The ids are what rill_backend_argmax() gives for the same logits: per row the index of the
+ * largest logit, the lowest on ties, NaN never wins. */
+typedef struct rill_forward_ids rill_forward_ids_t;
+
+/* Allocates room for `capacity` ids (1..max_batch; capacity * 4 bytes) in fw's backend memory;
+ * count starts at 0.
+ * Errors: RILL_EINVAL (NULL, capacity out of range), RILL_ENOMEM. Caller owns *out; destroy it
+ * with rill_forward_ids_destroy() before the forward. Thread class: as the forward's. */
+rill_err_t rill_forward_ids_new(rill_forward_t *fw, int32_t capacity, rill_forward_ids_t **out);
+
+/* Frees the buffer and sets *idp = NULL. NULL-safe. */
+void rill_forward_ids_destroy(rill_forward_ids_t **idp);
+
+/* Ids the buffer holds: those the last rill_forward_eval_ids() (or rill_forward_ids_write())
+ * put there, 0 after creation or after a failed pass. */
+int32_t rill_forward_ids_count(const rill_forward_ids_t *ids);
+
+/* Copies the first n ids (n <= count) to host_out[n] (host, caller-owned). Blocking: on a device
+ * this is the one transfer of a decode loop. Errors: RILL_EINVAL (NULL, n < 0), RILL_ERANGE
+ * (n > count). */
+rill_err_t rill_forward_ids_read(rill_forward_ids_t *ids, int32_t *host_out, int32_t n);
+
+/* Sets the buffer to host[n] (n <= capacity; count becomes n), e.g. to seed a loop with ids the
+ * host sampled. The ids are checked when a pass embeds them, not here. Errors: RILL_EINVAL (NULL,
+ * n < 1), RILL_ERANGE (n > capacity). */
+rill_err_t rill_forward_ids_write(rill_forward_ids_t *ids, const int32_t *host, int32_t n);
+
+/* rill_forward_eval() whose output is arg-max ids in backend memory instead of host logits.
+ * Input tokens: exactly one of tokens_host (host, n_tok ids, checked as rill_forward_eval checks
+ * them) and tokens (batch token i takes id i of the buffer, which must hold at least n_tok; the
+ * backend checks each against [0, n_vocab) before the pass embeds anything). Output: for each of
+ * the n_out rows out_rows[j] (1 <= n_out <= next's capacity; batch token indices, any order,
+ * repeats allowed), id j of next = the arg-max of that token's logits (ties: the lowest id; NaN
+ * never wins); next's count becomes n_out. next may be the very buffer `tokens` is (the inputs
+ * are read before any output is written); it must belong to fw. Errors: as rill_forward_eval()
+ * (RILL_EINVAL for a resident id outside the vocabulary too), RILL_EINVAL (both or neither
+ * token source, a buffer of another forward, tokens holding fewer than n_tok ids, n_out < 1 or
+ * out_rows NULL), RILL_ERANGE (n_out > next's capacity). Argument errors change nothing; after
+ * an error in the pass the KV cache is as after rill_forward_eval's errors and next's count is
+ * 0. Blocks until the ids are in backend memory (nothing crosses to the host). */
+rill_err_t rill_forward_eval_ids(rill_forward_t *fw, rill_kv_cache_t *kv, const rill_batch_t *batch,
+                                 const int32_t *tokens_host, const rill_forward_ids_t *tokens,
+                                 const int32_t *out_rows, int32_t n_out, rill_forward_ids_t *next);
+
+/* Lets another thread stop a pass: rill_forward_eval (and _eval_ids) loads *flag (acquire) before
+ * each layer and, when it is non-zero, returns RILL_ECANCELED there, the KV cache as after any
+ * error (partial writes at the batch's slots only). flag NULL (the default): never. fw keeps the
  * pointer; the caller resets the flag. Used by the scheduler to preempt background steps. */
 void rill_forward_set_cancel(rill_forward_t *fw, const RILL_ATOMIC(int) * flag);
 

@@ -8,14 +8,9 @@
  * reaching a kernel running on worker threads. Errors carry a sentence on the handle
  * (rill_backend_last_error), formatted into a fixed buffer: no allocation on the op path.
  *
- * The RoPE angle helpers live here too because both backends must rotate by the very same floats,
- * and so does llama.cpp's arithmetic stated lane by lane (rill__ggml_*, rill__dot_ggml,
- * rill__attention_head_ref), and the flash kernel's (rill__attention_head_flash_ref): the
- * reference backend computes with it, the scalar kernels reuse it, and the AVX2 kernels are its
- * vector form, tested bit for bit against it. Where a formula below
- * looks odd (an FMA in one product but not the other, a tail summed differently from the body),
- * it is how llama.cpp's GCC build compiled the C source; the tests check each against bits
- * recorded from llama.cpp's library.
+ * This file knows no backend: it reaches one only through its ops table (backend_internal.h).
+ * Creation is the registry's (registry.c), the arithmetic the reference states is ggml_ref.c's,
+ * and the host hooks the CPU backends share are backend_common.c's.
  */
 #include <math.h>
 #include <stdarg.h>
@@ -23,7 +18,6 @@
 #include <string.h>
 
 #include "backend_internal.h"
-#include "quant_internal.h"
 #include "rill_alloc.h"
 #include "rill_quant.h"
 
@@ -42,45 +36,6 @@ static rill_err_t fail(rill_backend_t *b, rill_err_t err, const char *fmt, ...) 
 
 /* ---- lifetime ------------------------------------------------------------------------------- */
 
-rill_backend_params_t rill_backend_default_params(void) {
-    rill_backend_params_t p = { 0 };
-    p.kind = RILL_BACKEND_CPU;
-    p.n_threads = 0;
-    p.simd = RILL_SIMD_AUTO;
-    p.max_batch = 512;
-    p.max_n_in = 8192;
-    p.attn = RILL_ATTN_EXACT;
-    return p;
-}
-
-rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t **out) {
-    if (out == NULL) {
-        return RILL_EINVAL;
-    }
-    *out = NULL;
-    rill_backend_params_t p = params != NULL ? *params : rill_backend_default_params();
-    if (p.n_threads < 0 || p.n_threads > 512 || p.max_batch < 1 || p.max_n_in < 1 ||
-        (p.simd != RILL_SIMD_AUTO && p.simd != RILL_SIMD_SCALAR && p.simd != RILL_SIMD_AVX2 &&
-         p.simd != RILL_SIMD_AVX512) ||
-        (p.attn != RILL_ATTN_EXACT && p.attn != RILL_ATTN_FLASH)) {
-        return RILL_EINVAL;
-    }
-    if ((double)p.max_batch * (double)p.max_n_in * 4.0 > 0x1p40) {
-        return RILL_EINVAL;
-    }
-    switch (p.kind) {
-    case RILL_BACKEND_REF:
-        p.n_threads = 1;
-        p.simd = RILL_SIMD_SCALAR;
-        return rill__ref_backend_new(&p, out);
-    case RILL_BACKEND_CPU:
-        return rill__cpu_backend_new(&p, out);
-    case RILL_BACKEND_CUDA:
-        return RILL_EUNSUPPORTED;
-    }
-    return RILL_EINVAL;
-}
-
 void rill_backend_destroy(rill_backend_t **bp) {
     if (bp == NULL || *bp == NULL) {
         return;
@@ -89,30 +44,38 @@ void rill_backend_destroy(rill_backend_t **bp) {
     *bp = NULL;
 }
 
-rill_err_t rill__backend_init_common(rill_backend_t *b, const rill_backend_params_t *p) {
-    b->params = *p;
-    b->tok = rill_calloc(RILL_MEM_KERNELS, (size_t)p->max_batch, sizeof *b->tok);
-    b->seq = rill_calloc(RILL_MEM_KERNELS, (size_t)p->max_batch, sizeof *b->seq);
-    if (b->tok == NULL || b->seq == NULL) {
-        rill__backend_deinit_common(b);
-        return RILL_ENOMEM;
-    }
-    return RILL_OK;
-}
-
-void rill__backend_deinit_common(rill_backend_t *b) {
-    rill_free(b->tok);
-    rill_free(b->seq);
-    b->tok = NULL;
-    b->seq = NULL;
-}
-
 const char *rill_backend_name(const rill_backend_t *b) {
     return b != NULL ? b->name : "?";
 }
 
+rill_backend_kind_t rill_backend_kind(const rill_backend_t *b) {
+    return b != NULL ? b->params.kind : RILL_BACKEND_REF;
+}
+
+int32_t rill_backend_device(const rill_backend_t *b) {
+    return b != NULL ? b->params.device : 0;
+}
+
+rill_numerics_t rill_backend_numerics(const rill_backend_t *b) {
+    if (b == NULL) {
+        return RILL_NUMERICS_EXACT;
+    }
+    /* rill's flash kernel is bit-exact across the exact rows, not to llama.cpp */
+    return b->params.attn == RILL_ATTN_FLASH ? RILL_NUMERICS_TOLERANCE : b->entry->numerics;
+}
+
+const char *rill_numerics_name(rill_numerics_t numerics) {
+    switch (numerics) {
+    case RILL_NUMERICS_EXACT:
+        return "exact";
+    case RILL_NUMERICS_TOLERANCE:
+        return "tolerance";
+    }
+    return "?";
+}
+
 int rill_backend_n_threads(const rill_backend_t *b) {
-    return b != NULL ? b->params.n_threads : 0;
+    return b != NULL ? b->params.cpu.n_threads : 0;
 }
 
 int32_t rill_backend_max_batch(const rill_backend_t *b) {
@@ -362,6 +325,17 @@ rill_err_t rill_backend_get_rows(rill_backend_t *b, float *y, const rill_weight_
     return b->ops->get_rows(b, y, w, ids, n);
 }
 
+rill_err_t rill_backend_get_rows_resident(rill_backend_t *b, float *y, const rill_weight_t *w,
+                                          const int32_t *ids, int64_t n) {
+    if (b == NULL || y == NULL || !weight_ok(b, w) || ids == NULL || n < 1) {
+        return fail(b, RILL_EINVAL, "get_rows_resident: bad argument");
+    }
+    rill_err_t err = b->ops->get_rows_resident(b, y, w, ids, n);
+    return err == RILL_OK
+               ? RILL_OK
+               : fail(b, err, "get_rows_resident: an id is outside [0, %lld)", (long long)w->ne1);
+}
+
 rill_err_t rill_backend_rms_norm(rill_backend_t *b, float *y, const float *x,
                                  const rill_weight_t *w, int64_t n_rows, int64_t n, float eps) {
     if (b == NULL || y == NULL || x == NULL || n_rows < 1 || n < 1 || !(eps >= 0.0f)) {
@@ -474,6 +448,59 @@ rill_err_t rill_backend_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t 
     return n_pages == 0 ? RILL_OK : b->ops->kv_rope_shift(b, kv, pool, pages, n_pages, delta, rope);
 }
 
+/* Do [a, a + na) and [c, c + nc) share a byte? (Backend pointers compare like host ones: they
+ * are addresses in the backend's memory space.) */
+static bool overlaps(const void *a, size_t na, const void *c, size_t nc) {
+    const uintptr_t x = (uintptr_t)a, y = (uintptr_t)c;
+    return x < y + nc && y < x + na;
+}
+
+rill_err_t rill_backend_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *kv,
+                                      void *const *pools, int32_t n_pools, const int32_t *src,
+                                      const int32_t *dst, int32_t n) {
+    if (b == NULL || !kv_layout_ok(kv) || n_pools < 0 || n < 0 || (n_pools > 0 && pools == NULL) ||
+        (n > 0 && (src == NULL || dst == NULL))) {
+        return fail(b, RILL_EINVAL, "kv_copy_pages: bad argument or layout");
+    }
+    if (n == 0 || n_pools == 0) {
+        return RILL_OK;
+    }
+    const size_t pool_bytes = (size_t)rill_kv_pool_bytes(kv);
+    for (int32_t p = 0; p < n_pools; p++) {
+        if (pools[p] == NULL) {
+            return fail(b, RILL_EINVAL, "kv_copy_pages: pool %d is NULL", p);
+        }
+        for (int32_t q = 0; q < p; q++) {
+            if (overlaps(pools[p], pool_bytes, pools[q], pool_bytes)) {
+                return fail(b, RILL_EINVAL, "kv_copy_pages: pools %d and %d overlap", q, p);
+            }
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        if (src[i] < 0 || src[i] >= kv->n_pages || dst[i] < 0 || dst[i] >= kv->n_pages) {
+            return fail(b, RILL_EINVAL, "kv_copy_pages: copy %d (page %d -> %d) outside [0, %d)", i,
+                        src[i], dst[i], kv->n_pages);
+        }
+    }
+    /* order-free: no destination twice, none that is also read */
+    for (int32_t i = 0; i < n; i++) {
+        for (int32_t j = 0; j < n; j++) {
+            if (dst[i] == src[j]) {
+                return fail(b, RILL_EINVAL,
+                            "kv_copy_pages: page %d is both a destination (copy %d) and a "
+                            "source (copy %d)",
+                            dst[i], i, j);
+            }
+            if (j < i && dst[i] == dst[j]) {
+                return fail(b, RILL_EINVAL,
+                            "kv_copy_pages: page %d is the destination of copies %d and %d", dst[i],
+                            j, i);
+            }
+        }
+    }
+    return b->ops->kv_copy_pages(b, kv, pools, n_pools, src, dst, n);
+}
+
 rill_err_t rill_backend_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
                                int32_t *out_host) {
     if (b == NULL || x == NULL || out_host == NULL || n_rows < 1 || n_cols < 1 ||
@@ -483,614 +510,15 @@ rill_err_t rill_backend_argmax(rill_backend_t *b, const float *x, int64_t n_rows
     return b->ops->argmax(b, x, n_rows, n_cols, out_host);
 }
 
-/* ---- RoPE angles ---------------------------------------------------------------------------- */
-
-void rill__rope_cos_sin(const rill_rope_t *rope, int32_t pos, float *cs) {
-    const float theta_scale = powf(rope->freq_base, -2.0f / (float)rope->n_rot);
-    float theta = (float)pos;
-    for (int32_t i = 0; i < rope->n_rot; i += 2) {
-        const float t = rope->freq_scale * theta;
-        cs[i] = cosf(t);
-        cs[i + 1] = sinf(t);
-        theta *= theta_scale;
+rill_err_t rill_backend_argmax_resident(rill_backend_t *b, const float *x, int64_t n_rows,
+                                        int64_t n_cols, int32_t *ids) {
+    if (b == NULL || x == NULL || ids == NULL || n_rows < 1 || n_cols < 1 || n_cols > INT32_MAX) {
+        return fail(b, RILL_EINVAL, "argmax_resident: bad argument");
     }
-}
-
-void rill__rope_apply(float *x, const rill_rope_t *rope, const float *cs) {
-    const int32_t n_rot = rope->n_rot;
-    /* NORM pairs (i, i+1); NEOX pairs (i/2, i/2 + n_rot/2); both use angle index i/2 */
-    const int32_t stride = rope->mode == RILL_ROPE_NEOX ? n_rot / 2 : 1;
-    for (int32_t i = 0; i < n_rot; i += 2) {
-        const int32_t j = rope->mode == RILL_ROPE_NEOX ? i / 2 : i;
-        const float x0 = x[j], x1 = x[j + stride];
-        const float c = cs[i], s = cs[i + 1];
-        /* ggml's rotate_pairs() is x0*c - x1*s and x0*s + x1*c; GCC contracted the first
-         * product of each into an FMA (checked against llama.cpp's output bit for bit) */
-        x[j] = fmaf(x0, c, -(x1 * s));
-        x[j + stride] = fmaf(x0, s, x1 * c);
+    if ((double)n_rows * (double)n_cols * 4.0 > 0x1p62 ||
+        overlaps(x, (size_t)(n_rows * n_cols) * sizeof(float), ids,
+                 (size_t)n_rows * sizeof(int32_t))) {
+        return fail(b, RILL_EINVAL, "argmax_resident: ids overlap x");
     }
-}
-
-/* ---- llama.cpp's CPU arithmetic, one lane at a time ----------------------------------------- */
-
-static uint32_t f32_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float bits_f32(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-float rill__ggml_expf(float x) {
-    /* ggml_v_expf's AVX2 body lane by lane: every fmaf here is one of its vfmadd/vfnmadd, the
-     * integer steps are its epi32 shifts and adds, the branches its blends. */
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const uint32_t e = f32_bits(z) << 23;
-    const float k = bits_f32(e + f32_bits(1.0f));
-    const float u = b * b;
-    const float j = fmaf(
-        fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-        u, 0x1.ffffecp-1f * b);
-    if (!(fabsf(n) > 126.0f)) { /* also NaN: the vector compare is ordered */
-        return fmaf(j, k, k);
-    }
-    const uint32_t g = n <= 0.0f ? 0x82000000u : 0u;
-    const float s1 = bits_f32(g + 0x7f000000u);
-    const float s2 = bits_f32(e - g);
-    if (fabsf(n) > 192.0f) {
-        return s1 * s1;
-    }
-    return fmaf(s2, j, s2) * s1;
-}
-
-float rill__ggml_silu(float x) {
-    return x / (1.0f + rill__ggml_expf(0.0f - x));
-}
-
-void rill__ggml_swiglu(float *y, const float *g, const float *u, int64_t n) {
-    const int64_t n8 = n & ~(int64_t)7;
-    int64_t i = 0;
-    for (; i < n8; i++) { /* lanes of the 8-wide vector loop */
-        y[i] = rill__ggml_silu(g[i]) * u[i];
-    }
-    for (; i < n; i++) { /* ggml_silu_f32: libm's expf */
-        y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-    }
-}
-
-void rill__ggml_rms_norm_row(float *y, const float *x, const float *w, int64_t n, float eps) {
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        sum += (double)(x[i] * x[i]); /* the square is rounded to f32 first, as in ggml */
-    }
-    const float mean = (float)(sum / (double)n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    for (int64_t i = 0; i < n; i++) {
-        y[i] = w != NULL ? (x[i] * scale) * w[i] : x[i] * scale;
-    }
-}
-
-float rill__hsum_a(const float *x) {
-    const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
-    return (t0 + t2) + (t1 + t3);
-}
-
-float rill__hsum_b(const float *x) {
-    const float t0 = x[0] + x[4], t1 = x[1] + x[5], t2 = x[2] + x[6], t3 = x[3] + x[7];
-    return (t0 + t1) + (t2 + t3);
-}
-
-/* The 32-value body of ggml_vec_dot_f32/_f16: returns the reduced sum, *done = values used. */
-static float dot_body(const float *x, const float *y, int64_t n, int64_t *done) {
-    float acc[4][8] = { { 0 } };
-    const int64_t np = n & ~(int64_t)31;
-    for (int64_t i = 0; i < np; i += 32) {
-        for (int a = 0; a < 4; a++) {
-            for (int l = 0; l < 8; l++) {
-                acc[a][l] = fmaf(x[i + 8 * a + l], y[i + 8 * a + l], acc[a][l]);
-            }
-        }
-    }
-    float s[8];
-    for (int l = 0; l < 8; l++) {
-        s[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    *done = np;
-    return rill__hsum_b(s);
-}
-
-float rill__ggml_dot_tail(const float *x, const float *y, int64_t i, int64_t n, float sum,
-                          bool f16) {
-    if (f16) { /* ggml_vec_dot_f16 keeps its sum in ggml_float */
-        double s = sum;
-        for (; i < n; i++) {
-            s += (double)(x[i] * y[i]);
-        }
-        return (float)s;
-    }
-    /* GCC vectorized the tail's products in groups of 8 and 4 (rounded, then added in order)
-     * and contracted the last n % 4 into scalar FMAs. */
-    const int64_t fused = n - (n - i) % 4;
-    for (; i < fused; i++) {
-        sum += x[i] * y[i];
-    }
-    for (; i < n; i++) {
-        sum = fmaf(x[i], y[i], sum);
-    }
-    return sum;
-}
-
-float rill__ggml_dot_f32(const float *x, const float *y, int64_t n) {
-    int64_t i;
-    const float body = dot_body(x, y, n, &i);
-    return rill__ggml_dot_tail(x, y, i, n, body, false);
-}
-
-float rill__ggml_dot_f16(const float *x, const float *y, int64_t n) {
-    int64_t i;
-    const float body = dot_body(x, y, n, &i);
-    return rill__ggml_dot_tail(x, y, i, n, body, true);
-}
-
-static float widen(rill_dtype_t wt, const void *w, int64_t i) {
-    if (wt == RILL_DTYPE_F16) {
-        return rill_fp16_to_f32(((const uint16_t *)w)[i]);
-    }
-    if (wt == RILL_DTYPE_BF16) {
-        return rill_bf16_to_f32(((const uint16_t *)w)[i]);
-    }
-    return ((const float *)w)[i];
-}
-
-float rill__ggml_dot_float(rill_dtype_t wt, const void *w, const float *a, int64_t n, bool gemm) {
-    if (gemm) { /* tinyBLAS<8, __m256, ...>: n % 8 == 0 */
-        float acc[8] = { 0 };
-        for (int64_t i = 0; i < n; i += 8) {
-            for (int l = 0; l < 8; l++) {
-                acc[l] = fmaf(widen(wt, w, i + l), a[i + l], acc[l]);
-            }
-        }
-        return rill__hsum_a(acc);
-    }
-    float acc[4][8] = { { 0 } };
-    const int64_t np = n & ~(int64_t)31;
-    for (int64_t i = 0; i < np; i += 32) {
-        for (int b = 0; b < 4; b++) {
-            for (int l = 0; l < 8; l++) {
-                const int64_t k = i + 8 * b + l;
-                acc[b][l] = fmaf(widen(wt, w, k), a[k], acc[b][l]);
-            }
-        }
-    }
-    float s[8];
-    for (int l = 0; l < 8; l++) {
-        s[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    }
-    if (wt == RILL_DTYPE_F32) {
-        return rill__ggml_dot_tail(w, a, np, n, rill__hsum_b(s), false);
-    }
-    double sum = wt == RILL_DTYPE_BF16 ? rill__hsum_a(s) : rill__hsum_b(s);
-    for (int64_t i = np; i < n; i++) {
-        sum += (double)(widen(wt, w, i) * a[i]);
-    }
-    return (float)sum;
-}
-
-/* ---- matmul dot products in llama.cpp's orders --------------------------------------------- */
-
-rill__mm_path_t rill__mm_path_for(const rill_weight_t *w, int64_t n_tok, int64_t tok) {
-    const bool repacked = w->ne1 % 8 == 0 && !w->embedding;
-    switch (w->dtype) {
-    case RILL_DTYPE_F32:
-    case RILL_DTYPE_F16:
-    case RILL_DTYPE_BF16:
-        return n_tok >= 2 && w->ne0 % 8 == 0 && w->ne1 % 4 == 0 ? RILL__MM_GEMM : RILL__MM_VEC;
-    case RILL_DTYPE_Q4_0:
-        return repacked ? RILL__MM_REPACK : RILL__MM_VEC;
-    case RILL_DTYPE_Q4_K:
-        if (repacked) {
-            return n_tok >= 4 && tok < n_tok - n_tok % 4 ? RILL__MM_REPACK4 : RILL__MM_REPACK;
-        }
-        return n_tok >= 8 ? RILL__MM_GEMM : RILL__MM_VEC;
-    case RILL_DTYPE_Q5_K:
-    case RILL_DTYPE_Q6_K:
-        return n_tok >= 8 ? RILL__MM_GEMM : RILL__MM_VEC;
-    default:
-        return RILL__MM_VEC;
-    }
-}
-
-/* Sum of the products of bytes [b0, b0 + 4) of x and y: one int32 lane of maddubs + madd. */
-static int32_t lane4(const uint8_t *x, const int8_t *y, int b0) {
-    return x[b0] * y[b0] + x[b0 + 1] * y[b0 + 1] + x[b0 + 2] * y[b0 + 2] + x[b0 + 3] * y[b0 + 3];
-}
-
-static int32_t lane4s(const int8_t *x, const int8_t *y, int b0) {
-    return x[b0] * y[b0] + x[b0 + 1] * y[b0 + 1] + x[b0 + 2] * y[b0 + 2] + x[b0 + 3] * y[b0 + 3];
-}
-
-/* (x0 + x2) + (x1 + x3): llama.cpp's hsum of the 4-lane K-quant min terms. */
-static float hsum_4(const float *x) {
-    return (x[0] + x[2]) + (x[1] + x[3]);
-}
-
-/* Q4_0 / Q8_0 x Q8_0: per block, 8 lanes of 4 products, acc_l = fma(d_w d_a, lane_l, acc_l)
- * (ggml_vec_dot_q4_0/q8_0_q8_0); repacked Q4_0: the block's whole sum, one FMA per block. */
-static float dot_q8_lanes(rill_dtype_t wt, const void *w, const block_q8_0 *a, int64_t nb,
-                          bool repack) {
-    float acc[8] = { 0 }, racc = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        int8_t q[32];
-        uint16_t dh;
-        if (wt == RILL_DTYPE_Q4_0) {
-            const block_q4_0 *x = (const block_q4_0 *)w + i;
-            for (int b = 0; b < 16; b++) {
-                q[b] = (int8_t)((x->qs[b] & 0xF) - 8);
-                q[b + 16] = (int8_t)((x->qs[b] >> 4) - 8);
-            }
-            dh = x->d;
-        } else {
-            const block_q8_0 *x = (const block_q8_0 *)w + i;
-            memcpy(q, x->qs, 32);
-            dh = x->d;
-        }
-        const float d = rill_fp16_to_f32(dh) * rill_fp16_to_f32(a[i].d);
-        if (repack) {
-            int32_t isum = 0;
-            for (int l = 0; l < 8; l++) {
-                isum += lane4s(q, a[i].qs, 4 * l);
-            }
-            racc = fmaf((float)isum, d, racc);
-            continue;
-        }
-        for (int l = 0; l < 8; l++) {
-            acc[l] = fmaf(d, (float)lane4s(q, a[i].qs, 4 * l), acc[l]);
-        }
-    }
-    return repack ? racc : rill__hsum_a(acc);
-}
-
-/* Q4_1 x Q8_1 (ggml_vec_dot_q4_1_q8_1): lanes as above with unsigned codes, plus the min term
- * summed separately: summs = fma(m_w, s_a, summs). */
-static float dot_q4_1_lanes(const block_q4_1 *x, const block_q8_1 *a, int64_t nb) {
-    float acc[8] = { 0 }, summs = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        uint8_t q[32];
-        for (int b = 0; b < 16; b++) {
-            q[b] = x[i].qs[b] & 0xF;
-            q[b + 16] = x[i].qs[b] >> 4;
-        }
-        summs = fmaf(rill_fp16_to_f32(x[i].m), rill_fp16_to_f32(a[i].s), summs);
-        const float d = rill_fp16_to_f32(x[i].d) * rill_fp16_to_f32(a[i].d);
-        for (int l = 0; l < 8; l++) {
-            acc[l] = fmaf(d, (float)lane4(q, a[i].qs, 4 * l), acc[l]);
-        }
-    }
-    return rill__hsum_a(acc) + summs;
-}
-
-/* Q4_K / Q5_K x Q8_K. codes(x, i, q) unpacks super-block i's 256 codes in value order. The
- * integer parts: sub-block pair j (64 values) gives 8 lanes, lane l = sc_2j * (4 products of
- * values 64j + 4l..) + sc_2j+1 * (4 products of values 64j + 32 + 4l..); the min terms pair the
- * sub-blocks the same way: mp_j = m_2j S_2j + m_2j+1 S_2j+1, S_s the sum of the 32 act codes. */
-static float dot_k4(rill_dtype_t wt, const void *w, const block_q8_K *a, int64_t nb,
-                    rill__mm_path_t path) {
-    float acc[8] = { 0 }, accm[4] = { 0 }, summs = 0.0f, kacc = 0.0f, kaccm = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        uint8_t q[QK_K];
-        const uint8_t *scales;
-        uint16_t dh, dminh;
-        if (wt == RILL_DTYPE_Q4_K) {
-            const block_q4_K *x = (const block_q4_K *)w + i;
-            for (int c = 0; c < 4; c++) {
-                for (int b = 0; b < 32; b++) {
-                    q[64 * c + b] = x->qs[32 * c + b] & 0xF;
-                    q[64 * c + 32 + b] = x->qs[32 * c + b] >> 4;
-                }
-            }
-            scales = x->scales, dh = x->d, dminh = x->dmin;
-        } else {
-            const block_q5_K *x = (const block_q5_K *)w + i;
-            for (int c = 0; c < 4; c++) {
-                for (int b = 0; b < 32; b++) {
-                    const int hb = x->qh[b] >> (2 * c);
-                    q[64 * c + b] = (uint8_t)((x->qs[32 * c + b] & 0xF) | ((hb & 1) << 4));
-                    q[64 * c + 32 + b] =
-                        (uint8_t)((x->qs[32 * c + b] >> 4) | (((hb >> 1) & 1) << 4));
-                }
-            }
-            scales = x->scales, dh = x->d, dminh = x->dmin;
-        }
-        uint8_t sc[8], mn[8];
-        for (int j = 0; j < 8; j++) {
-            rill__get_scale_min_k4(j, scales, &sc[j], &mn[j]);
-        }
-        int32_t lanes[8] = { 0 }, pair_s1[4], mp[4];
-        for (int j = 0; j < 4; j++) {
-            pair_s1[j] = 0;
-            for (int l = 0; l < 8; l++) {
-                const int32_t v = sc[2 * j] * lane4(q, a[i].qs, 64 * j + 4 * l) +
-                                  sc[2 * j + 1] * lane4(q, a[i].qs, 64 * j + 32 + 4 * l);
-                lanes[l] += v;
-                pair_s1[j] += v;
-            }
-            mp[j] = mn[2 * j] * (a[i].bsums[4 * j] + a[i].bsums[4 * j + 1]) +
-                    mn[2 * j + 1] * (a[i].bsums[4 * j + 2] + a[i].bsums[4 * j + 3]);
-        }
-        const float dw = rill_fp16_to_f32(dh), dminw = rill_fp16_to_f32(dminh), da = a[i].d;
-        const int32_t s1 = pair_s1[0] + pair_s1[1] + pair_s1[2] + pair_s1[3];
-        const int32_t s2 = mp[0] + mp[1] + mp[2] + mp[3];
-        if (path == RILL__MM_GEMM) { /* the tiled kernel */
-            kacc = fmaf(fmaf(-dminw, (float)s2, dw * (float)s1), da, kacc);
-        } else if (path == RILL__MM_REPACK) { /* q4_K_8x8 gemv: per block */
-            kacc = fmaf((float)s1, dw * da, kacc);
-            kaccm = fmaf((float)s2, dminw * da, kaccm);
-        } else if (path == RILL__MM_REPACK4) { /* q4_K_8x8 gemm: per pair of sub-blocks */
-            for (int j = 0; j < 4; j++) {
-                kacc = fmaf((float)pair_s1[j], dw * da, kacc);
-                kaccm = fmaf((float)mp[j], dminw * da, kaccm);
-            }
-        } else { /* ggml_vec_dot_q4_K / q5_K */
-            const float d = da * dw, dmin = -da * dminw;
-            for (int l = 0; l < 8; l++) {
-                acc[l] = fmaf(d, (float)lanes[l], acc[l]);
-            }
-            if (wt == RILL_DTYPE_Q4_K) {
-                for (int j = 0; j < 4; j++) {
-                    accm[j] = fmaf(dmin, (float)mp[j], accm[j]);
-                }
-            } else {
-                summs = fmaf(dmin, (float)s2, summs);
-            }
-        }
-    }
-    if (path == RILL__MM_GEMM) {
-        return kacc;
-    }
-    if (path == RILL__MM_REPACK || path == RILL__MM_REPACK4) {
-        return kacc - kaccm;
-    }
-    return rill__hsum_a(acc) + (wt == RILL_DTYPE_Q4_K ? hsum_4(accm) : summs);
-}
-
-/* Q6_K x Q8_K: unsigned 6-bit codes; per 32 values (128h + 32k..) 8 lanes of 4 products times
- * the 16-value scale of their half; minus, per lane l, 32 (bsum_2l sc_2l + bsum_2l+1 sc_2l+1)
- * (ggml_vec_dot_q6_K); the tiled kernel uses the lanes' total. */
-static float dot_q6_K_lanes(const block_q6_K *x, const block_q8_K *a, int64_t nb,
-                            rill__mm_path_t path) {
-    float acc[8] = { 0 }, kacc = 0.0f;
-    for (int64_t i = 0; i < nb; i++) {
-        int32_t lanes[8] = { 0 };
-        for (int h = 0; h < 2; h++) {
-            const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
-            for (int k = 0; k < 4; k++) {
-                uint8_t q[32];
-                for (int b = 0; b < 32; b++) {
-                    const uint8_t lo = k & 1 ? ql[32 + b] : ql[b];
-                    q[b] =
-                        (uint8_t)(((k < 2 ? lo : lo >> 4) & 0xF) | (((qh[b] >> (2 * k)) & 3) << 4));
-                }
-                const int s = 8 * h + 2 * k;
-                for (int l = 0; l < 8; l++) {
-                    lanes[l] +=
-                        x[i].scales[s + (l >= 4)] * lane4(q, a[i].qs + 128 * h + 32 * k, 4 * l);
-                }
-            }
-        }
-        int32_t s1 = 0;
-        for (int l = 0; l < 8; l++) {
-            lanes[l] -= 32 * (a[i].bsums[2 * l] * x[i].scales[2 * l] +
-                              a[i].bsums[2 * l + 1] * x[i].scales[2 * l + 1]);
-            s1 += lanes[l];
-        }
-        const float dw = rill_fp16_to_f32(x[i].d);
-        if (path == RILL__MM_GEMM) {
-            kacc = fmaf(dw * (float)s1, a[i].d, kacc);
-            continue;
-        }
-        const float d = a[i].d * dw;
-        for (int l = 0; l < 8; l++) {
-            acc[l] = fmaf(d, (float)lanes[l], acc[l]);
-        }
-    }
-    return path == RILL__MM_GEMM ? kacc : rill__hsum_a(acc);
-}
-
-float rill__dot_ggml(rill_dtype_t wt, const void *w, const void *act, int64_t n,
-                     rill__mm_path_t path) {
-    switch (wt) {
-    case RILL_DTYPE_F32:
-    case RILL_DTYPE_F16:
-    case RILL_DTYPE_BF16:
-        return rill__ggml_dot_float(wt, w, act, n, path == RILL__MM_GEMM);
-    case RILL_DTYPE_Q4_0:
-    case RILL_DTYPE_Q8_0:
-        return dot_q8_lanes(wt, w, act, n / QK8_0, path == RILL__MM_REPACK);
-    case RILL_DTYPE_Q4_1:
-        return dot_q4_1_lanes(w, act, n / QK4_1);
-    case RILL_DTYPE_Q4_K:
-    case RILL_DTYPE_Q5_K:
-        return dot_k4(wt, w, act, n / QK_K, path);
-    case RILL_DTYPE_Q6_K:
-        return dot_q6_K_lanes(w, act, n / QK_K, path);
-    default: /* activation-only types are never weights (callers check) */
-        return 0.0f;
-    }
-}
-
-static void kv_row(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
-                   int32_t kv_head, int32_t slot, int v, float *dst) {
-    const uint8_t *p =
-        rill__kv_ptr(kv, pool, pages[slot / kv->page_size], kv_head, slot % kv->page_size, v);
-    (void)rill_dequantize_row(kv->dtype, p, dst, kv->head_dim);
-}
-
-static float round_f16(float x) {
-    return rill_fp16_to_f32(rill_f32_to_fp16(x));
-}
-
-/* w_j of rill__attention_head_ref: the scaled score with the mask's +0 (which turns -0 to +0). */
-static float attn_logit(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
-                        int32_t kv_head, int32_t slot, const float *qr, float scale) {
-    float kr[RILL_KV_MAX_HEAD_DIM];
-    kv_row(kv, pool, pages, kv_head, slot, 0, kr);
-    const float s = kv->dtype == RILL_DTYPE_F16 ? rill__ggml_dot_f16(kr, qr, kv->head_dim)
-                                                : rill__ggml_dot_f32(kr, qr, kv->head_dim);
-    return s * scale + 0.0f;
-}
-
-void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
-                              int32_t kv_head, int32_t n_kv, bool batched, const float *q,
-                              float *out) {
-    const int32_t D = kv->head_dim;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
-    const float scale = 1.0f / sqrtf((float)D);
-    float qr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
-    for (int32_t d = 0; d < D; d++) { /* Q meets K in K's type (ggml converts src1) */
-        qr[d] = f16 ? round_f16(q[d]) : q[d];
-    }
-    float max = -INFINITY;
-    for (int32_t j = 0; j < n_kv; j++) {
-        const float w = attn_logit(kv, pool, pages, kv_head, j, qr, scale);
-        max = max > w ? max : w; /* ggml's MAX(max, w) */
-    }
-    double sum = 0.0;
-    for (int32_t j0 = 0; j0 < n_kv; j0 += 8) {
-        float e[8] = { 0 }; /* masked slots: exp(-inf) = 0 */
-        for (int32_t l = 0; l < 8 && j0 + l < n_kv; l++) {
-            e[l] = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j0 + l, qr, scale) - max);
-        }
-        sum += (double)rill__hsum_a(e);
-    }
-    const float inv = (float)(1.0 / sum);
-    /* lane accumulators: slot j in lane j % 8 (batched) or ((j / 8) % 4) * 8 + j % 8 */
-    float acc[32][RILL_KV_MAX_HEAD_DIM];
-    const int32_t n_lanes = batched ? 8 : 32;
-    for (int32_t l = 0; l < n_lanes; l++) {
-        for (int32_t d = 0; d < D; d++) {
-            acc[l][d] = 0.0f;
-        }
-    }
-    for (int32_t j = 0; j < n_kv; j++) {
-        float p = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j, qr, scale) - max) * inv;
-        p = f16 ? round_f16(p) : p; /* KQ is converted to V's type */
-        const int32_t lane = batched ? j % 8 : j % 32;
-        kv_row(kv, pool, pages, kv_head, j, 1, vr);
-        for (int32_t d = 0; d < D; d++) {
-            acc[lane][d] = fmaf(p, vr[d], acc[lane][d]);
-        }
-    }
-    for (int32_t d = 0; d < D; d++) {
-        float s[8];
-        for (int32_t l = 0; l < 8; l++) {
-            s[l] = batched ? acc[l][d]
-                           : (acc[l][d] + acc[16 + l][d]) + (acc[8 + l][d] + acc[24 + l][d]);
-        }
-        out[d] = batched ? rill__hsum_a(s) : rill__hsum_b(s);
-    }
-}
-
-void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool,
-                                    const int32_t *pages, int32_t kv_head, int32_t n_kv,
-                                    const float *q, float *out) {
-    const int32_t D = kv->head_dim;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
-    const float scale = 1.0f / sqrtf((float)D);
-    float qr[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
-    float acc[RILL_KV_MAX_HEAD_DIM], s[RILL_ATTN_FLASH_BLOCK];
-    for (int32_t d = 0; d < D; d++) {
-        qr[d] = f16 ? round_f16(q[d]) : q[d];
-        acc[d] = 0.0f;
-    }
-    float m = -INFINITY, sum = 0.0f;
-    for (int32_t j0 = 0; j0 < n_kv; j0 += RILL_ATTN_FLASH_BLOCK) {
-        const int32_t nb = n_kv - j0 < RILL_ATTN_FLASH_BLOCK ? n_kv - j0 : RILL_ATTN_FLASH_BLOCK;
-        float bm = -INFINITY;
-        for (int32_t i = 0; i < nb; i++) {
-            kv_row(kv, pool, pages, kv_head, j0 + i, 0, kr);
-            s[i] = (f16 ? rill__ggml_dot_f16(kr, qr, D) : rill__ggml_dot_f32(kr, qr, D)) * scale;
-            bm = bm > s[i] ? bm : s[i];
-        }
-        if (bm > m) { /* the first block too: c = exp(-inf) = 0 on zeros */
-            const float c = rill__ggml_expf(m - bm);
-            sum *= c;
-            for (int32_t d = 0; d < D; d++) {
-                acc[d] *= c;
-            }
-            m = bm;
-        }
-        for (int32_t i = 0; i < nb; i++) {
-            const float p = rill__ggml_expf(s[i] - m);
-            sum += p;
-            kv_row(kv, pool, pages, kv_head, j0 + i, 1, vr);
-            for (int32_t d = 0; d < D; d++) {
-                acc[d] = fmaf(p, vr[d], acc[d]);
-            }
-        }
-    }
-    const float inv = 1.0f / sum;
-    for (int32_t d = 0; d < D; d++) {
-        out[d] = acc[d] * inv;
-    }
-}
-
-/* ---- host memory hooks shared by the CPU backends ---- */
-
-rill_err_t rill__host_alloc(rill_backend_t *b, size_t bytes, void **out) {
-    (void)b;
-    *out = rill_malloc_aligned(RILL_MEM_KERNELS, bytes, 64);
-    return *out != NULL ? RILL_OK : RILL_ENOMEM;
-}
-
-void rill__host_free(rill_backend_t *b, void *p) {
-    (void)b;
-    rill_free(p);
-}
-
-rill_err_t rill__host_copy(rill_backend_t *b, void *dst, const void *src, size_t bytes) {
-    (void)b;
-    memmove(dst, src, bytes);
-    return RILL_OK;
-}
-
-rill_err_t rill__host_zero(rill_backend_t *b, void *dst, size_t bytes) {
-    (void)b;
-    memset(dst, 0, bytes);
-    return RILL_OK;
-}
-
-rill_err_t rill__host_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host) {
-    (void)b;
-    w->data = host; /* zero copy: the kernels read the mmapped layout as is */
-    return RILL_OK;
-}
-
-void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w) {
-    (void)b;
-    (void)w;
-}
-
-rill_err_t rill__host_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
-                             int32_t *out) {
-    (void)b;
-    for (int64_t r = 0; r < n_rows; r++) {
-        const float *xr = x + r * n_cols;
-        int64_t best = 0;
-        float bv = -INFINITY;
-        for (int64_t i = 0; i < n_cols; i++) {
-            if (xr[i] > bv) { /* the first on ties; NaN never wins */
-                bv = xr[i];
-                best = i;
-            }
-        }
-        out[r] = (int32_t)best;
-    }
-    return RILL_OK;
+    return b->ops->argmax_resident(b, x, n_rows, n_cols, ids);
 }

@@ -1,11 +1,42 @@
 /*
  * backend_internal.h - what every backend shares: the handle's common part, the function table,
- * the weight struct, and the RoPE angle math (so that both backends rotate by the same floats).
+ * the weight struct, and the registry rows.
  *
  * A backend is a struct that starts with `struct rill_backend` (C "inheritance" by first member);
  * backend.c checks every argument of the public API once, then calls the table. So a table entry
  * may assume: pointers non-NULL, sizes in range, a batch installed when it needs one, page indices
- * and slots of the batch valid for the pool's layout.
+ * and slots of the batch valid for the pool's layout, host index arrays validated.
+ *
+ * The kernels' include graph (a DAG; an arrow is "includes"; public headers are leaves above
+ * core/):
+ *
+ *   rill_backend.h, rill_quant.h, rill_dtype.h (core)        public: types and the contract
+ *     ^-- quant_internal.h   GGML block structs               layout headers: no code that
+ *     ^-- kv_internal.h      KV page addresses                 computes, nothing of a backend
+ *           ^-- ggml_internal.h  llama.cpp's arithmetic, lane by lane (ggml_ref.c): the leaf
+ *                 ^-- backend_internal.h  this file: handle, ops table, registry rows
+ *                       ^-- cpu_internal.h  the fast CPU backend's kernel tables (+ rill_pool.h)
+ *
+ *   .c file         includes                     calls into
+ *   ggml_ref.c      ggml_internal.h              quant.c (f16/bf16 conversions, dequantizers)
+ *   quant*.c,       quant_internal.h             each other
+ *   vecdot.c
+ *   backend.c       backend_internal.h           the ops table only (checks, then dispatch)
+ *   registry.c      backend_internal.h           the rows' available() / create()
+ *   backend_common.c backend_internal.h          quant.c: the common part, host memory hooks
+ *   ref_backend.c   backend_internal.h           ggml_ref.c, backend_common.c
+ *   cpu_backend.c,  cpu_internal.h               the kernel tables, ggml_ref.c, backend_common.c
+ *   cpu_matmul.c
+ *   cpu_scalar.c    cpu_internal.h               ggml_ref.c
+ *   cpu_avx2.c      cpu_internal.h               ggml_ref.c, cpu_scalar.c (fallback tasks)
+ *   cpu_avx512.c    cpu_internal.h               cpu_avx2.c (its table, fallback tasks)
+ *
+ * Before this layout the reference arithmetic lived in backend.c beside the dispatch layer and
+ * the creation switch, and one header declared all three: backend.c called the CPU backend's
+ * constructor, the CPU backend called backend.c's common part and host hooks, and its kernel
+ * tables called backend.c's arithmetic, a circle through every CPU file. Now the calls run one
+ * way, from the registry down to ggml_ref.c, and backend.c reaches a backend only through its
+ * table.
  */
 #ifndef RILL_BACKEND_INTERNAL_H
 #define RILL_BACKEND_INTERNAL_H
@@ -14,6 +45,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ggml_internal.h"
+#include "kv_internal.h"
 #include "rill_backend.h"
 
 struct rill_weight {
@@ -35,8 +68,13 @@ typedef struct rill_backend_ops {
     rill_err_t (*zero)(rill_backend_t *b, void *dst, size_t bytes);
     rill_err_t (*weight_prepare)(rill_backend_t *b, rill_weight_t *w, const void *host);
     void (*weight_release)(rill_backend_t *b, rill_weight_t *w);
+    /* ids: host array, checked */
     rill_err_t (*get_rows)(rill_backend_t *b, float *y, const rill_weight_t *w, const int32_t *ids,
                            int64_t n);
+    /* ids: backend memory, unchecked: the op checks every id against [0, w->ne1) before it
+     * writes anything and returns RILL_EINVAL (y untouched) when one is outside */
+    rill_err_t (*get_rows_resident)(rill_backend_t *b, float *y, const rill_weight_t *w,
+                                    const int32_t *ids, int64_t n);
     rill_err_t (*rms_norm)(rill_backend_t *b, float *y, const float *x, const float *w,
                            int64_t n_rows, int64_t n, float eps);
     rill_err_t (*matmul)(rill_backend_t *b, float *y, const float *x, const rill_weight_t *w,
@@ -54,14 +92,24 @@ typedef struct rill_backend_ops {
     rill_err_t (*kv_rope_shift)(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
                                 const int32_t *pages, int32_t n_pages, int32_t delta,
                                 const rill_rope_t *rope);
+    /* pools, src, dst: host arrays, checked (n >= 1, n_pools >= 1) */
+    rill_err_t (*kv_copy_pages)(rill_backend_t *b, const rill_kv_layout_t *kv, void *const *pools,
+                                int32_t n_pools, const int32_t *src, const int32_t *dst, int32_t n);
+    /* out: host array */
     rill_err_t (*argmax)(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
                          int32_t *out);
+    /* out: backend memory */
+    rill_err_t (*argmax_resident)(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
+                                  int32_t *out);
 } rill_backend_ops_t;
+
+typedef struct rill__backend_entry rill__backend_entry_t;
 
 struct rill_backend {
     const rill_backend_ops_t *ops;
-    const char *name;
-    rill_backend_params_t params; /* as created (AUTO resolved, n_threads resolved) */
+    const rill__backend_entry_t *entry; /* the registry row it was created from */
+    const char *name;                   /* instance name, e.g. "cpu-avx2" */
+    rill_backend_params_t params;       /* as created (AUTO resolved, n_threads resolved) */
     bool has_batch;
     int32_t n_tok, n_seq;
     rill_batch_token_t *tok; /* [max_batch], copy of the installed batch */
@@ -69,9 +117,40 @@ struct rill_backend {
     char err[256];
 };
 
+/* ---- the registry ------------------------------------------------------------------------- */
+
+/* One row of the registry (registry.c lists them; each backend's file defines its own). */
+struct rill__backend_entry {
+    const char *name; /* registry name: "ref", "cpu"; a CUDA backend adds "cuda" */
+    rill_backend_kind_t kind;
+    rill_numerics_t numerics; /* its ops' class (rill_backend.h, Numerics classes) */
+    const char *summary;      /* one line for listings */
+    /* Devices of this backend usable on this machine now (0: unavailable). Cheap, no
+     * allocation, thread-safe. */
+    int32_t (*available)(void);
+    /* The backend's new(): p has passed the common checks (max_batch, max_n_in, attn, kind) and
+     * 0 <= p->device < available(). Checks its own part, builds the backend. On error nothing is
+     * left allocated and a sentence went to the log. */
+    rill_err_t (*create)(const rill_backend_params_t *p, rill_backend_t **out);
+};
+
+extern const rill__backend_entry_t rill__backend_entry_ref; /* ref_backend.c */
+extern const rill__backend_entry_t rill__backend_entry_cpu; /* cpu_backend.c */
+
+/* ---- the common part and the host memory hooks (backend_common.c) -------------------------- */
+
 /* Allocates the common part's batch arrays (RILL_MEM_KERNELS). Errors: RILL_ENOMEM. */
 rill_err_t rill__backend_init_common(rill_backend_t *b, const rill_backend_params_t *p);
 void rill__backend_deinit_common(rill_backend_t *b);
+
+/* NULL when the CPU part of p (n_threads, simd) is valid, else why not (static string). */
+const char *rill__cpu_params_invalid(const rill_backend_params_t *p);
+
+/* The kernel llama.cpp runs for token tok of an n_tok-token matmul with w (rill__mm_path). */
+static inline rill__mm_path_t rill__mm_path_for(const rill_weight_t *w, int64_t n_tok,
+                                                int64_t tok) {
+    return rill__mm_path(w->dtype, w->ne0, w->ne1, w->embedding, n_tok, tok);
+}
 
 /* Host-memory implementations of the memory and weight hooks, shared by the two CPU backends:
  * 64-byte aligned rill_malloc blocks, memmove/memset copies, zero-copy weights (the kernels read
@@ -82,140 +161,18 @@ rill_err_t rill__host_copy(rill_backend_t *b, void *dst, const void *src, size_t
 rill_err_t rill__host_zero(rill_backend_t *b, void *dst, size_t bytes);
 rill_err_t rill__host_weight_prepare(rill_backend_t *b, rill_weight_t *w, const void *host);
 void rill__host_weight_release(rill_backend_t *b, rill_weight_t *w);
+/* get_rows / get_rows_resident on host memory: the dequantized rows (resident: ids checked
+ * first, RILL_EINVAL before any write) */
+rill_err_t rill__host_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
+                               const int32_t *ids, int64_t n);
+rill_err_t rill__host_get_rows_resident(rill_backend_t *b, float *y, const rill_weight_t *w,
+                                        const int32_t *ids, int64_t n);
+/* argmax into host memory (the CPU backends' resident memory is host memory too) */
 rill_err_t rill__host_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
                              int32_t *out);
-
-/* Constructors of the two CPU backends (params already checked and resolved). */
-rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out);
-rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out);
-
-/* Element size of a KV pool (2 or 4 bytes). */
-static inline size_t rill__kv_elt(const rill_kv_layout_t *kv) {
-    return kv->dtype == RILL_DTYPE_F16 ? 2u : 4u;
-}
-
-/* Byte offset of slot `row` (0..P-1) of KV head h in a page; K part (V adds half a page). */
-static inline size_t rill__kv_row_offset(const rill_kv_layout_t *kv, int32_t h, int32_t row) {
-    return ((size_t)h * (size_t)kv->page_size + (size_t)row) * (size_t)kv->head_dim *
-           rill__kv_elt(kv);
-}
-
-/* Address of K (v = 0) or V (v = 1) of slot `row` of KV head h in page `page` of pool. */
-static inline uint8_t *rill__kv_ptr(const rill_kv_layout_t *kv, const void *pool, int32_t page,
-                                    int32_t h, int32_t row, int v) {
-    const size_t half =
-        (size_t)kv->n_kv_heads * (size_t)kv->page_size * (size_t)kv->head_dim * rill__kv_elt(kv);
-    return (uint8_t *)pool + (size_t)page * 2 * half + (size_t)v * half +
-           rill__kv_row_offset(kv, h, row);
-}
-
-/* cos/sin of every rotary pair for position pos (may be negative for a shift), as ggml builds
- * them: cs[2i] = cos(theta_i), cs[2i+1] = sin(theta_i), theta_i = pos * freq_scale * base^(-2i /
- * n_rot) with the powers formed by repeated f32 multiplication. cs has n_rot entries. */
-void rill__rope_cos_sin(const rill_rope_t *rope, int32_t pos, float *cs);
-
-/* Rotates one head vector x[head_dim] with the table from rill__rope_cos_sin(), rounding as
- * llama.cpp's build does: x0' = fma(x0, c, -(x1 s)), x1' = fma(x0, s, x1 c). */
-void rill__rope_apply(float *x, const rill_rope_t *rope, const float *cs);
-
-/* ---- llama.cpp's CPU arithmetic, one lane at a time ------------------------------------------
- *
- * What ggml-cpu (the portable AVX2 + FMA + F16C build, GCC, -O3, which contracts a*b+c into FMA
- * wherever it may) computes for the non-matmul ops, written as plain C so that the reference
- * backend, the scalar kernels and the AVX2 kernels can all produce its bits. Each AVX2 kernel
- * is the vector form of these and is tested bit for bit against them. */
-
-/* ggml_v_expf (AVX2), one lane: the Arm-optimized-routines exp with ggml's constants, ~1.5 ulp.
- * NaN in, NaN out; x <= -104 gives 0 (-INFINITY too); x >= 88.8 gives +inf. */
-float rill__ggml_expf(float x);
-
-/* ggml_v_silu, one lane: x / (1 + ggml_expf(0 - x)). */
-float rill__ggml_silu(float x);
-
-/* ggml_vec_swiglu_f32 over n values: y = silu(g) * u with the vector silu for every full group
- * of 8 from the start and libm's expf for the last n % 8 (llama.cpp's scalar tail). */
-void rill__ggml_swiglu(float *y, const float *g, const float *u, int64_t n);
-
-/* ggml_compute_forward_rms_norm_f32 (+ ggml_mul by w): sum of the f32 squares in double, in
- * order; scale = 1 / sqrtf((float)(sum / n) + eps); y = (x * scale) * w. y may equal x. */
-void rill__ggml_rms_norm_row(float *y, const float *x, const float *w, int64_t n, float eps);
-
-/* ggml_vec_dot_f32 (AVX2): four 8-lane FMA accumulators over each 32 values, value i in
- * accumulator (i / 8) % 4, lane i % 8; then ((a0 + a2) + (a1 + a3)), the halves added and the
- * lanes as (t0 + t1) + (t2 + t3). The n % 32 tail is added after that, one value at a time:
- * rounded products for all but the last n % 4 values, FMAs for those (how GCC compiled it). */
-float rill__ggml_dot_f32(const float *x, const float *y, int64_t n);
-
-/* ggml_vec_dot_f16 (AVX2) on values already widened from f16: the same 32-value body, with
- * the n % 32 tail summed in double. */
-float rill__ggml_dot_f16(const float *x, const float *y, int64_t n);
-
-/* The tail of rill__ggml_dot_f32 (f16 false) or _f16 (true): values [i, n) added to sum, the
- * reduced 32-value body. For kernels that vectorize the body themselves. */
-float rill__ggml_dot_tail(const float *x, const float *y, int64_t i, int64_t n, float sum,
-                          bool f16);
-
-/* One dot product of a float weight row w (F32, F16 or BF16, n values) with an act row a (the
- * values already rounded to w's type) as llama.cpp forms it: gemm true is tinyBLAS (its kernel
- * for 2+ tokens when n % 8 == 0 and the weight has a multiple of 4 rows: one 8-lane FMA
- * accumulator, hsum_a), gemm false ggml_vec_dot_f32 / _f16 / _bf16 (one token; BF16 reduces
- * with hsum_a and, like F16, sums its tail in double). */
-float rill__ggml_dot_float(rill_dtype_t wt, const void *w, const float *a, int64_t n, bool gemm);
-
-/* llama.cpp's CPU matmul kernels, which round differently; which one runs depends on the
- * weight's type and shape and on the batch (rill__mm_path_for). */
-typedef enum rill__mm_path {
-    RILL__MM_VEC = 0,    /* ggml_vec_dot_<type> */
-    RILL__MM_GEMM = 1,   /* tinyBLAS (F32/F16/BF16), the tiled K-quant kernel (Q4_K/Q5_K/Q6_K) */
-    RILL__MM_REPACK = 2, /* repacked weights' gemv: q4_0_8x8 (all tokens), q4_K_8x8 */
-    RILL__MM_REPACK4 = 3 /* q4_K_8x8's gemm: the tokens of a batch in whole groups of 4 */
-} rill__mm_path_t;
-
-/* The kernel llama.cpp (AVX2 build) runs for token tok of an n_tok-token matmul with w:
- *   F32/F16/BF16  GEMM from 2 tokens when ne0 % 8 == 0 and ne1 % 4 == 0, else VEC;
- *   Q4_0          REPACK when ne1 % 8 == 0 (never for the embedding), else VEC;
- *   Q4_K          when ne1 % 8 == 0 (not the embedding): REPACK4 for tokens below
- *                 n_tok - n_tok % 4 once n_tok >= 4, REPACK for the rest; else as Q5_K;
- *   Q5_K, Q6_K    GEMM from 8 tokens, else VEC;
- *   Q4_1, Q8_0    VEC (their other kernels give the same bits). */
-rill__mm_path_t rill__mm_path_for(const rill_weight_t *w, int64_t n_tok, int64_t tok);
-
-/* One dot product of weight row w (n values of type wt) with an act row as
- * rill__act_quantize_ref writes it, exactly as llama.cpp's kernel `path` forms it: the same
- * integer lane sums, f32 roundings and FMAs. The AVX2 tiles are its vector form. */
-float rill__dot_ggml(rill_dtype_t wt, const void *w, const void *act, int64_t n,
-                     rill__mm_path_t path);
-
-/* The horizontal sums of llama.cpp's AVX2 code, for 8 lanes x[0..7], t_i = x_i + x_{i+4}:
- *   hsum_a = (t0 + t2) + (t1 + t3)   softmax chunks (ggml_vec_soft_max_f32), tinyBLAS, q8 dots
- *   hsum_b = (t0 + t1) + (t2 + t3)   GGML_F32x8_REDUCE (two hadds): ggml_vec_dot_f32/_f16 */
-float rill__hsum_a(const float *x);
-float rill__hsum_b(const float *x);
-
-/* Attention of one query head over n_kv slots of one KV head, as llama.cpp computes it without
- * flash attention (ggml_mul_mat(K, Q), ggml_soft_max_ext, ggml_mul_mat(V, KQ)):
- *   s_j  = ggml_dot(K_j, q)                   (F16 pool: q rounded to f16 first, the f16 dot)
- *   w_j  = s_j * scale + 0                    (soft_max_ext: scale, then the causal mask's 0)
- *   e_j  = ggml_expf(w_j - max_j w_j)         sum: hsum_a of each 8 slots from slot 0, in double
- *   p_j  = e_j * (float)(1 / sum)             (F16 pool: rounded to f16, V's type)
- *   out  = sum_j p_j V_j  over slot lanes: batched (the batch has >= 2 tokens: tinyBLAS) slot
- *          j in lane j % 8 and hsum_a; else (one token: ggml_vec_dot_f32/_f16) the dot order.
- * Slots past n_kv are llama.cpp's masked (-inf) cells: exact zeros in every sum, so the result
- * does not depend on how far llama.cpp pads its KV view (a multiple of 256). pages is the
- * sequence's page table; out and q are (D,). Recomputes instead of storing: no scratch. */
-void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
-                              int32_t kv_head, int32_t n_kv, bool batched, const float *q,
-                              float *out);
-
-/* The flash kernel (RILL_ATTN_FLASH) for one query head over n_kv slots of one KV head, as
- * rill_backend.h's Numerics states it: blocks of RILL_ATTN_FLASH_BLOCK slots from slot 0; per
- * block the scores s_j = dot(K_j, q) * scale (the dots above; F16 pool: q rounded to f16), the
- * block max bm (sequential, bm > s ? bm : s); if bm > m: c = ggml_expf(m - bm), S *= c, acc *= c,
- * m = bm; then per slot in order p = ggml_expf(s_j - m), S += p, acc[d] = fmaf(p, V_j[d],
- * acc[d]); out = acc * (1 / S). All f32; no dependence on the batch. The scalar and AVX2
- * kernels give these bits. pages is the sequence's page table; out and q are (D,). */
-void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool,
-                                    const int32_t *pages, int32_t kv_head, int32_t n_kv,
-                                    const float *q, float *out);
+/* kv_copy_pages as plain memcpy loops, pool after pool */
+rill_err_t rill__host_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *kv,
+                                    void *const *pools, int32_t n_pools, const int32_t *src,
+                                    const int32_t *dst, int32_t n);
 
 #endif /* RILL_BACKEND_INTERNAL_H */

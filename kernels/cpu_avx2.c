@@ -7,7 +7,7 @@
  * whole target) keeps the compiler from fusing a*b+c behind our back: every FMA here is written.
  *
  * Numerics: the dot products reproduce llama.cpp's AVX2 code operation for operation, for each
- * kernel llama.cpp may pick (rill__mm_path_for; backend.c's rill__dot_ggml states them lane by
+ * kernel llama.cpp may pick (rill__mm_path_for; ggml_ref.c's rill__dot_ggml states them lane by
  * lane): the same byte layout in each 256-bit vector, so maddubs/madd produce the same int32 lane
  * sums; the same per-block float step; the same final horizontal sum. vec_dot for one token,
  * tinyBLAS's single 8-lane accumulator for F32/F16/BF16 batches, the tiled kernel's per-block
@@ -29,7 +29,7 @@
  *
  * Attention, RMSNorm, SwiGLU: llama.cpp's own arithmetic (the non-flash attention path, ggml's
  * exp), operation for operation, so that their bits equal the reference backend's lane-by-lane
- * statement of it (backend.c) and llama.cpp's; see the attention section for how. The flash
+ * statement of it (ggml_ref.c) and llama.cpp's; see the attention section for how. The flash
  * attention kernel is rill's own (rill_backend.h, Numerics) and gives the bits of its reference
  * statement the same way; see its section.
  */
@@ -37,7 +37,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "backend_internal.h"
 #include "cpu_internal.h"
 
 #if defined(__x86_64__) || defined(__i386__)

@@ -27,7 +27,6 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "backend_internal.h"
 #include "cpu_internal.h"
 
 #if defined(__x86_64__)

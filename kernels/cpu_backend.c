@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_internal.h"
 #include "cpu_internal.h"
 #include "rill_alloc.h"
 #include "rill_log.h"
@@ -56,16 +55,6 @@ static void cpu_destroy(rill_backend_t *b) {
     rill_free(c->attn_rows);
     rill__backend_deinit_common(b);
     rill_free(c);
-}
-
-static rill_err_t cpu_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
-                               const int32_t *ids, int64_t n) {
-    (void)b;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes;
-        (void)rill_dequantize_row(w->dtype, row, y + i * w->ne0, w->ne0);
-    }
-    return RILL_OK;
 }
 
 /* ---- row-wise and elementwise ops ----------------------------------------------------------- */
@@ -312,6 +301,34 @@ static rill_err_t cpu_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
     return RILL_OK;
 }
 
+/* Page copies: one work item per (pool, page) pair, on the workers when the bytes justify it. */
+typedef struct copy_job {
+    void *const *pools;
+    const int32_t *src, *dst;
+    int32_t n;
+    size_t page;
+} copy_job_t;
+
+static void copy_items(void *ctx, int64_t begin, int64_t end, int thread) {
+    const copy_job_t *j = ctx;
+    (void)thread;
+    for (int64_t item = begin; item < end; item++) {
+        uint8_t *base = j->pools[item / j->n];
+        const int32_t i = (int32_t)(item % j->n);
+        memcpy(base + (size_t)j->dst[i] * j->page, base + (size_t)j->src[i] * j->page, j->page);
+    }
+}
+
+static rill_err_t cpu_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *kv,
+                                    void *const *pools, int32_t n_pools, const int32_t *src,
+                                    const int32_t *dst, int32_t n) {
+    copy_job_t j = { pools, src, dst, n, 2 * rill__kv_half_bytes(kv) };
+    const int64_t items = (int64_t)n_pools * n;
+    /* a float per 4 bytes, as the other ops count their work */
+    rill_pool_for(pool_for_work(b, items * (int64_t)(j.page / 4)), items, 0, copy_items, &j);
+    return RILL_OK;
+}
+
 static const rill_backend_ops_t cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = rill__host_alloc,
@@ -322,7 +339,8 @@ static const rill_backend_ops_t cpu_ops = {
     .zero = rill__host_zero,
     .weight_prepare = rill__host_weight_prepare,
     .weight_release = rill__host_weight_release,
-    .get_rows = cpu_get_rows,
+    .get_rows = rill__host_get_rows,
+    .get_rows_resident = rill__host_get_rows_resident,
     .rms_norm = cpu_rms_norm,
     .matmul = cpu_matmul,
     .add_bias = cpu_add_bias,
@@ -332,7 +350,9 @@ static const rill_backend_ops_t cpu_ops = {
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .kv_rope_shift = cpu_kv_rope_shift,
+    .kv_copy_pages = cpu_kv_copy_pages,
     .argmax = rill__host_argmax,
+    .argmax_resident = rill__host_argmax,
 };
 
 /* The SIMD level asked for: simd, or under AUTO the RILL_SIMD override (AUTO when unset). */
@@ -384,10 +404,19 @@ const char *rill_backend_simd_unsupported(rill_simd_t simd) {
                        : "AVX-512 kernels requested but this CPU lacks AVX-512 F, VL or BW";
 }
 
-rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
-    const rill__cpu_kernels_t *k = pick_kernels(requested(p->simd));
+static int32_t cpu_available(void) {
+    return 1; /* the host; its SIMD levels are a parameter of the one device */
+}
+
+static rill_err_t cpu_create(const rill_backend_params_t *p, rill_backend_t **out) {
+    const char *why = rill__cpu_params_invalid(p);
+    if (why != NULL) {
+        RILL_LOGE("backend cpu: %s", why);
+        return RILL_EINVAL;
+    }
+    const rill__cpu_kernels_t *k = pick_kernels(requested(p->cpu.simd));
     if (k == NULL) {
-        RILL_LOGE("cpu backend: %s", rill_backend_simd_unsupported(p->simd));
+        RILL_LOGE("backend cpu: %s", rill_backend_simd_unsupported(p->cpu.simd));
         return RILL_EUNSUPPORTED;
     }
     cpu_backend_t *c = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *c);
@@ -403,7 +432,7 @@ rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t 
         rill_free(c);
         return err;
     }
-    c->base.params.simd = scalar ? RILL_SIMD_SCALAR : avx2 ? RILL_SIMD_AVX2 : RILL_SIMD_AVX512;
+    c->base.params.cpu.simd = scalar ? RILL_SIMD_SCALAR : avx2 ? RILL_SIMD_AVX2 : RILL_SIMD_AVX512;
     /* every table's act row fits in max_n_in floats plus its side data and alignment: the
      * largest (Q8_1 blocks + 2 floats per block) is 1.4 bytes per value + 96 */
     const size_t row = ((size_t)p->max_n_in * sizeof(float) + 96u + 63u) & ~(size_t)63u;
@@ -412,13 +441,13 @@ rill_err_t rill__cpu_backend_new(const rill_backend_params_t *p, rill_backend_t 
         err = RILL_ENOMEM;
         goto cleanup;
     }
-    err = rill_pool_new(p->n_threads, &c->pool);
+    err = rill_pool_new(p->cpu.n_threads, &c->pool);
     if (err != RILL_OK) {
         goto cleanup;
     }
-    c->base.params.n_threads = rill_pool_threads(c->pool);
+    c->base.params.cpu.n_threads = rill_pool_threads(c->pool);
     c->attn_rows = rill_malloc_aligned(
-        RILL_MEM_KERNELS, (size_t)c->base.params.n_threads * RILL__ATTN_SCRATCH * sizeof(float),
+        RILL_MEM_KERNELS, (size_t)c->base.params.cpu.n_threads * RILL__ATTN_SCRATCH * sizeof(float),
         64);
     if (c->attn_rows == NULL) {
         err = RILL_ENOMEM;
@@ -433,3 +462,12 @@ cleanup:
     rill_free(c);
     return err;
 }
+
+const rill__backend_entry_t rill__backend_entry_cpu = {
+    .name = "cpu",
+    .kind = RILL_BACKEND_CPU,
+    .numerics = RILL_NUMERICS_EXACT,
+    .summary = "fast CPU: AVX-512 / AVX2 / scalar kernels chosen at run time, threaded",
+    .available = cpu_available,
+    .create = cpu_create,
+};

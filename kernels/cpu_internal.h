@@ -4,8 +4,13 @@
  * The backend (cpu_backend.c, cpu_matmul.c) owns threading, tiling and scratch; a kernel table
  * holds the innermost loops. cpu_scalar.c fills one in portable C; cpu_avx2.c one with
  * AVX2/FMA/F16C intrinsics, compiled with per-function target attributes so the library builds
- * with baseline x86-64 flags and only calls them after a CPUID check. Tests call both tables
- * directly to prove they agree.
+ * with baseline x86-64 flags and only calls them after a CPUID check; cpu_avx512.c copies the
+ * AVX2 table and swaps its flash attention kernel. Every table gives the reference's bits (the
+ * backend-ops test of tests/test_kernels.c runs the backend at each level against "ref").
+ *
+ * Includes backend_internal.h (the handle, the weight, and through it ggml_internal.h, the
+ * arithmetic the tables reproduce) and core's rill_pool.h; the graph is drawn at the top of
+ * backend_internal.h. The .c files of the CPU backend include this header only.
  */
 #ifndef RILL_CPU_INTERNAL_H
 #define RILL_CPU_INTERNAL_H
@@ -14,8 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant_internal.h"
-#include "rill_backend.h"
+#include "backend_internal.h"
 #include "rill_pool.h"
 
 /* Tokens one matmul micro-kernel call handles against one weight row. */

@@ -23,7 +23,6 @@
  * gain on the development machine; the 8-row Q4_0 kernel does prefetch, as its access pattern
  * defeats the hardware prefetchers).
  */
-#include "backend_internal.h"
 #include "cpu_internal.h"
 
 typedef struct mm_job {

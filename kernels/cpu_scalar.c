@@ -3,7 +3,7 @@
  *
  * It is the fallback for CPUs without AVX2 and the second opinion in tests. Its dot products,
  * RMSNorm, SwiGLU, RoPE and attention (both kernels) are the reference backend's lane-by-lane
- * statements of llama.cpp's arithmetic and of the flash kernel's (backend.c): there is no value in
+ * statements of llama.cpp's arithmetic and of the flash kernel's (ggml_ref.c): there is no value in
  * a second scalar formulation, and sharing them means the scalar fast path differs from the
  * reference backend only in threading and tiling, which is exactly what the tests then isolate. So
  * this table produces the AVX2 table's bits for every op, only slower.
@@ -11,14 +11,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "backend_internal.h"
 #include "cpu_internal.h"
 
 static void act_quant(rill_dtype_t wt, const float *x, void *act, int64_t n) {
     rill__act_quantize_ref(wt, x, act, n);
 }
 
-/* One tile of dot products on llama.cpp kernel `path` (backend.c states them). */
+/* One tile of dot products on llama.cpp kernel `path` (ggml_ref.c states them). */
 static void tile_dot(rill_dtype_t wt, rill__mm_path_t path, int64_t n, const void *w,
                      const void *act, size_t as, int nt, float *y, int64_t ys) {
     for (int t = 0; t < nt; t++) {

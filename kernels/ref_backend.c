@@ -11,11 +11,14 @@
  *     boundary often enough to shift a model's logits by 1e-2 of their scale. The exact formula
  *     in double (rill__dot_ref, vecdot.c) stays as the tests' bound on these f32 sums.
  *   - every other op (RMSNorm, SwiGLU, RoPE, attention) is llama.cpp's own arithmetic, written
- *     out lane by lane in backend.c (rill__ggml_*, rill__attention_head_ref).
+ *     out lane by lane in ggml_ref.c (rill__ggml_*, rill__attention_head_ref).
  *   So this backend states llama.cpp's numerics in plain loops, and the fast kernels must give
  *   its bits. Attention is llama.cpp's non-flash path (scores, softmax, weighted V), recomputing
  *   scores instead of keeping an n_kv-long buffer, or with params.attn = RILL_ATTN_FLASH the
  *   one-pass online softmax (rill__attention_head_flash_ref); neither needs scratch.
+ *
+ * The memory hooks, lookups, page copies and arg-max are the host versions both CPU backends
+ * share (backend_common.c): memory movement and comparisons, with no rounding to state.
  *
  * Scratch: one act row of max_n_in floats (the largest act row of any type fits in it).
  */
@@ -23,8 +26,8 @@
 #include <string.h>
 
 #include "backend_internal.h"
-#include "quant_internal.h"
 #include "rill_alloc.h"
+#include "rill_log.h"
 
 typedef struct ref_backend {
     struct rill_backend base; /* first member */
@@ -36,16 +39,6 @@ static void ref_destroy(rill_backend_t *b) {
     rill_free(r->act);
     rill__backend_deinit_common(b);
     rill_free(r);
-}
-
-static rill_err_t ref_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
-                               const int32_t *ids, int64_t n) {
-    (void)b;
-    for (int64_t i = 0; i < n; i++) {
-        const uint8_t *row = (const uint8_t *)w->data + (size_t)ids[i] * w->row_bytes;
-        (void)rill_dequantize_row(w->dtype, row, y + i * w->ne0, w->ne0);
-    }
-    return RILL_OK;
 }
 
 static rill_err_t ref_rms_norm(rill_backend_t *b, float *y, const float *x, const float *w,
@@ -205,7 +198,8 @@ static const rill_backend_ops_t ref_ops = {
     .zero = rill__host_zero,
     .weight_prepare = rill__host_weight_prepare,
     .weight_release = rill__host_weight_release,
-    .get_rows = ref_get_rows,
+    .get_rows = rill__host_get_rows,
+    .get_rows_resident = rill__host_get_rows_resident,
     .rms_norm = ref_rms_norm,
     .matmul = ref_matmul,
     .add_bias = ref_add_bias,
@@ -215,22 +209,36 @@ static const rill_backend_ops_t ref_ops = {
     .kv_store = ref_kv_store,
     .attention = ref_attention,
     .kv_rope_shift = ref_kv_rope_shift,
+    .kv_copy_pages = rill__host_kv_copy_pages,
     .argmax = rill__host_argmax,
+    .argmax_resident = rill__host_argmax,
 };
 
-rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t **out) {
+static int32_t ref_available(void) {
+    return 1; /* the host */
+}
+
+static rill_err_t ref_create(const rill_backend_params_t *params, rill_backend_t **out) {
+    const char *why = rill__cpu_params_invalid(params);
+    if (why != NULL) {
+        RILL_LOGE("backend ref: %s", why);
+        return RILL_EINVAL;
+    }
+    rill_backend_params_t p = *params;
+    p.cpu.n_threads = 1;
+    p.cpu.simd = RILL_SIMD_SCALAR;
     ref_backend_t *r = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *r);
     if (r == NULL) {
         return RILL_ENOMEM;
     }
     r->base.ops = &ref_ops;
     r->base.name = "ref";
-    rill_err_t err = rill__backend_init_common(&r->base, p);
+    rill_err_t err = rill__backend_init_common(&r->base, &p);
     if (err != RILL_OK) {
         rill_free(r);
         return err;
     }
-    r->act = rill_malloc_aligned(RILL_MEM_KERNELS, (size_t)p->max_n_in * sizeof(float), 64);
+    r->act = rill_malloc_aligned(RILL_MEM_KERNELS, (size_t)p.max_n_in * sizeof(float), 64);
     if (r->act == NULL) {
         rill__backend_deinit_common(&r->base);
         rill_free(r);
@@ -239,3 +247,12 @@ rill_err_t rill__ref_backend_new(const rill_backend_params_t *p, rill_backend_t 
     *out = &r->base;
     return RILL_OK;
 }
+
+const rill__backend_entry_t rill__backend_entry_ref = {
+    .name = "ref",
+    .kind = RILL_BACKEND_REF,
+    .numerics = RILL_NUMERICS_EXACT,
+    .summary = "reference: plain C, one thread, llama.cpp's CPU arithmetic lane by lane (oracle)",
+    .available = ref_available,
+    .create = ref_create,
+};

@@ -2,12 +2,46 @@
  * rill_backend.h - the compute backend: the ops a llama/qwen2 forward pass needs, written once
  * against this interface and run by any backend.
  *
- * Backends
- *   RILL_BACKEND_REF  plain C, one thread, simple loops: the oracle that defines "correct".
- *   RILL_BACKEND_CPU  the fast CPU backend: AVX2/FMA/F16C kernels chosen at run time (scalar
- *                     fallback, also selectable to test it), threaded over a rill_pool_t.
- *   (RILL_BACKEND_CUDA is reserved for kernels/cuda/; rill_backend_new() answers
- *   RILL_EUNSUPPORTED for it until it exists.)
+ * Backends are a registry (rill_backend_registry_*): a static table of rows {name, kind, numerics
+ * class, available(), new()} that rill_backend_new() picks from by params.kind. Rows in this
+ * build:
+ *   "ref"  RILL_BACKEND_REF  plain C, one thread, simple loops: the oracle that defines "correct".
+ *   "cpu"  RILL_BACKEND_CPU  the fast CPU backend: AVX-512 / AVX2+FMA+F16C / portable scalar
+ *                            kernels chosen at run time (params.cpu.simd, RILL_SIMD), threaded
+ *                            over a rill_pool_t.
+ *   Both are host backends with one device (index 0). RILL_BACKEND_CUDA is a reserved kind with
+ *   no row: rill_backend_new() answers RILL_EUNSUPPORTED for it until kernels/cuda/ adds its row
+ *   (name "cuda", one device per GPU, class RILL_NUMERICS_TOLERANCE). An instance's own name
+ *   (rill_backend_name) says which kernels run: "ref", "cpu-avx512", "cpu-avx2", "cpu-scalar".
+ *
+ * Numerics classes (rill_numerics_t: every registry row states one; rill_backend_numerics()
+ * answers for an instance)
+ *   RILL_NUMERICS_EXACT: bit-exact to llama.cpp's portable CPU build at the reference commit
+ *     (llama.cpp 0c1e57098, AVX2 + FMA + F16C, GCC). A backend of this class promises, for the
+ *     same inputs: every op below gives the reference backend's bits (NaN where the reference
+ *     has NaN), whatever the batch's other tokens, the thread count or the task split, for both
+ *     attention kernels; and the reference's bits are llama.cpp's for every op except attention
+ *     with RILL_ATTN_FLASH (see Numerics below, which also names the one unreproduced corner of
+ *     llama.cpp's Q8_K quantizer; tests/test_forward.c holds whole forward passes to llama.cpp's
+ *     logits bit for bit, F32 cache, flash off). Rows: "ref", and "cpu" at every
+ *     SIMD level (cpu-scalar, cpu-avx2, and cpu-avx512, whose AVX-512 flash kernel gives the
+ *     AVX2 kernel's bits).
+ *     The flash kernel within this class: bit-exact across these backends to rill's own flash
+ *     definition (Numerics, RILL_ATTN_FLASH), which is not llama.cpp's flash path; relative to
+ *     llama.cpp it is within the tolerances stated there. So its row stays EXACT (its flash ops
+ *     give the reference's flash bits), while an instance created with RILL_ATTN_FLASH reports
+ *     RILL_NUMERICS_TOLERANCE from rill_backend_numerics() (its forward passes are within
+ *     tolerances of llama.cpp's, not equal to them).
+ *   RILL_NUMERICS_TOLERANCE: within stated tolerances. Each op's result lies within the
+ *     tolerance that tests/test_kernels.c's backend-ops table states for that op, type and shape,
+ *     relative to the reference backend on the same inputs (for matmul, of sum |w x|; otherwise
+ *     of max |output|, absolute for attention, whose V is in [-1, 1] there); what has no rounding
+ *     of its own is held to 0 in every class (lookups of float rows, additions, KV stores, page
+ *     copies, arg-max of given rows). No promise of bits, nor of a result independent of the
+ *     batch or the thread count. For: any device backend, and (for whole forward passes,
+ *     relative to llama.cpp) an instance created with RILL_ATTN_FLASH.
+ *   The backend-ops test runs every available row (every SIMD level of "cpu", 1 and 2 threads,
+ *   both attention kernels) against "ref" with its row's class: tolerance 0 for EXACT.
  *
  * Memory model (what lets a GPU backend follow without touching the forward pass)
  *   - Activations, scratch tensors and KV pools are allocated by the backend
@@ -43,13 +77,14 @@
  *   type, or F32). K is stored after RoPE.
  *
  * Numerics (what "matches llama.cpp" means here)
- *   With the default attention kernel (RILL_ATTN_EXACT) both backends compute what llama.cpp's
- *   CPU backend computes (llama.cpp 0c1e57098, the portable AVX2 + FMA + F16C build, GCC: every
- *   rounding, every FMA it contracted), bit for bit: the reference backend states it in plain
- *   loops (backend.c), the fast backend's AVX2 and scalar kernels are tested to give the
- *   reference's bits, and tests/test_forward.c holds the forward pass to llama.cpp's logits
- *   exactly (KV cache F32, flash attention off). RILL_ATTN_FLASH (below) trades that for one pass
- *   over the cache; every other op is the same either way.
+ *   With the default attention kernel (RILL_ATTN_EXACT) the backends of the exact class compute
+ *   what llama.cpp's CPU backend computes (llama.cpp 0c1e57098, the portable AVX2 + FMA + F16C
+ *   build, GCC: every rounding, every FMA it contracted), bit for bit: the reference backend
+ *   states it in plain loops (kernels/ggml_ref.c), the fast backend's AVX-512, AVX2 and scalar
+ *   kernels are tested to give the reference's bits (the backend-ops test), and
+ * tests/test_forward.c holds the forward pass to llama.cpp's logits exactly (KV cache F32, flash
+ * attention off). RILL_ATTN_FLASH (below) trades that for one pass over the cache; every other op
+ * is the same either way.
  *   - matmul quantizes each input row once to the weight type's vec_dot type (rill_quant.h) as
  *     llama.cpp does, then forms each dot product as the kernel llama.cpp picks would: vec_dot
  *     (one token; K-quants below 8 tokens), tinyBLAS (F32/F16/BF16 from 2 tokens when E % 8 ==
@@ -116,7 +151,9 @@
  *       matmul(g, h, wgate, T); matmul(u, h, wup, T); swiglu(g, g, u, T * F)
  *       matmul(o, g, wdown, T); add(x, x, o, T * E)
  *     copy the rows that need logits together (copy), rms_norm them with output_norm,
- *     matmul(logits, ..., output or tok_embd when tied, n), then argmax or copy_out.
+ *     matmul(logits, ..., output or tok_embd when tied, n), then copy_out, argmax (ids to the
+ *     host) or argmax_resident (ids stay in backend memory; the next step's get_rows_resident
+ *     reads them there).
  *   Buffers are backend allocations sized once for max_batch tokens; max_n_in must be >= F (the
  *   input width of ffn_down).
  *
@@ -142,11 +179,19 @@ extern "C" {
 typedef struct rill_backend rill_backend_t;
 typedef struct rill_weight rill_weight_t;
 
+/* Which registry row a backend comes from (rill_backend_params_t.kind). */
 typedef enum rill_backend_kind {
     RILL_BACKEND_REF = 0,
     RILL_BACKEND_CPU = 1,
-    RILL_BACKEND_CUDA = 2 /* reserved */
+    RILL_BACKEND_CUDA = 2 /* reserved: no row in this build (kernels/cuda/ will add one) */
 } rill_backend_kind_t;
+
+/* Numerics class of a backend (see "Numerics classes" at the top). */
+typedef enum rill_numerics {
+    RILL_NUMERICS_EXACT = 0,    /* bit-exact to llama.cpp's portable CPU build at the reference
+                                   commit (flash attention: bit-exact to rill's flash kernel) */
+    RILL_NUMERICS_TOLERANCE = 1 /* within stated tolerances */
+} rill_numerics_t;
 
 /* Kernel family of the CPU backend. */
 typedef enum rill_simd {
@@ -159,7 +204,7 @@ typedef enum rill_simd {
                              512-bit FMA port; creation fails with RILL_EUNSUPPORTED without */
 } rill_simd_t;
 
-/* Attention kernel (both backends; see Numerics). Unlike RILL_SIMD there is no environment
+/* Attention kernel (every backend; see Numerics). Unlike RILL_SIMD there is no environment
  * override: the two kernels round differently, so which one runs is always the caller's
  * explicit choice (the CLI has --attn exact|flash). */
 typedef enum rill_attn {
@@ -170,14 +215,23 @@ typedef enum rill_attn {
 /* Slots per block of the flash kernel's online softmax (part of its numerics). */
 #define RILL_ATTN_FLASH_BLOCK 32
 
+/* The part of the parameters only the host (CPU) backends read: "ref" and "cpu". A device
+ * backend ignores it. */
+typedef struct rill_backend_cpu_params {
+    int n_threads;    /* threads in all, caller included; 0 = one per online CPU (default).
+                         "ref" always uses one. */
+    rill_simd_t simd; /* "cpu": kernel family; default RILL_SIMD_AUTO. "ref" ignores it. */
+} rill_backend_cpu_params_t;
+
 typedef struct rill_backend_params {
-    rill_backend_kind_t kind; /* default RILL_BACKEND_CPU */
-    int n_threads;            /* CPU: threads in all, caller included; 0 = one per online CPU
-                                 (default). REF always uses one. */
-    rill_simd_t simd;         /* CPU: default RILL_SIMD_AUTO */
+    rill_backend_kind_t kind; /* registry row; default RILL_BACKEND_CPU */
+    int32_t device;           /* which device of that backend (0 .. n_devices - 1, see
+                                 rill_backend_registry_info); default 0, the only one of a CPU
+                                 backend */
     int32_t max_batch;        /* most tokens in a batch / rows of one matmul call; default 512 */
     int64_t max_n_in;         /* widest matmul input row E; default 8192 */
     rill_attn_t attn;         /* attention kernel; default RILL_ATTN_EXACT */
+    rill_backend_cpu_params_t cpu; /* "ref" and "cpu" only */
 } rill_backend_params_t;
 
 /* Scratch the CPU backend reserves at creation: max_batch * max_n_in * 4 bytes for the
@@ -191,12 +245,19 @@ typedef struct rill_backend_params {
 /* Defaults as documented above. */
 rill_backend_params_t rill_backend_default_params(void);
 
-/* Creates a backend. params NULL means the defaults. Errors: RILL_EINVAL (a field out of range:
- * n_threads < 0 or > 512, max_batch < 1, max_n_in < 1 or max_batch * max_n_in * 4 > 2^40,
- * simd or attn not one of its enum's values),
- * RILL_EUNSUPPORTED (CUDA, or AVX2 forced on a CPU without it), RILL_ENOMEM, RILL_EINTERNAL
- * (a worker thread could not start). On error nothing is left allocated.
- * Caller owns *out; destroy with rill_backend_destroy(). */
+/* Creates a backend of the registry row params->kind on device params->device. params NULL
+ * means the defaults. Errors (each also logged through rill_log with the reason):
+ *   RILL_EINVAL       a field out of range: kind not a rill_backend_kind_t, device < 0,
+ *                     max_batch < 1, max_n_in < 1 or max_batch * max_n_in * 4 > 2^40, attn not a
+ *                     rill_attn_t; for "ref" and "cpu" cpu.n_threads < 0 or > 512, cpu.simd not
+ *                     a rill_simd_t;
+ *   RILL_EUNSUPPORTED no row of that kind in this build (RILL_BACKEND_CUDA today), or "cpu" with
+ *                     a SIMD level this CPU lacks (rill_backend_simd_unsupported says which);
+ *   RILL_ENOTFOUND    device >= the row's device count here (a row with no device here, e.g.
+ *                     a GPU backend on a machine without one, has no valid device index);
+ *   RILL_ENOMEM, RILL_EINTERNAL (a worker thread could not start).
+ * On error nothing is left allocated. Caller owns *out; destroy with rill_backend_destroy().
+ * Thread-safe (the registry is immutable). */
 rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t **out);
 
 /* Frees the backend and sets *bp = NULL. NULL-safe. Allocations and weights of the backend must
@@ -208,8 +269,24 @@ void rill_backend_destroy(rill_backend_t **bp);
  * this CPU lacks (AVX-512 F, VL or BW)"; NULL when it can. Static string. */
 const char *rill_backend_simd_unsupported(rill_simd_t simd);
 
-/* "ref", "cpu-avx512", "cpu-avx2" or "cpu-scalar". Static string. */
+/* "ref", "cpu-avx512", "cpu-avx2" or "cpu-scalar": which kernels run (the registry row's name
+ * is rill_backend_registry_info(row of rill_backend_kind(b)).name). Static string; "?" for
+ * NULL. */
 const char *rill_backend_name(const rill_backend_t *b);
+
+/* The registry row (kind) and device index it was created with (RILL_BACKEND_REF / 0 for NULL). */
+rill_backend_kind_t rill_backend_kind(const rill_backend_t *b);
+int32_t rill_backend_device(const rill_backend_t *b);
+
+/* The numerics class of b's results relative to llama.cpp (see Numerics classes): its row's
+ * class, except that an instance of an exact row created with RILL_ATTN_FLASH answers
+ * RILL_NUMERICS_TOLERANCE, because its attention is rill's flash kernel (bit-exact across the
+ * exact rows to rill's definition, within stated tolerances of llama.cpp). RILL_NUMERICS_EXACT
+ * for NULL. */
+rill_numerics_t rill_backend_numerics(const rill_backend_t *b);
+
+/* "exact" or "tolerance" (static string; "?" for a value outside the enum). */
+const char *rill_numerics_name(rill_numerics_t numerics);
 
 /* Threads the backend computes with (1 for REF). */
 int rill_backend_n_threads(const rill_backend_t *b);
@@ -227,6 +304,28 @@ const char *rill_attn_name(rill_attn_t attn);
 /* Detail of the last error returned by an op on b ("" after success is not guaranteed: read it
  * only right after an error). Borrowed; valid until the next call on b. */
 const char *rill_backend_last_error(const rill_backend_t *b);
+
+/* ---- the registry ------------------------------------------------------------------------- */
+
+/* One registry row, as rill_backend_registry_info() reports it. */
+typedef struct rill_backend_info {
+    const char *name;         /* "ref", "cpu" (static string) */
+    rill_backend_kind_t kind; /* what to put in rill_backend_params_t.kind */
+    rill_numerics_t numerics; /* the class of its ops (see Numerics classes) */
+    int32_t n_devices;        /* devices usable on this machine now; 0: not available here */
+    const char *summary;      /* one line for listings (static string) */
+} rill_backend_info_t;
+
+/* Rows in the registry, available here or not (>= 2: "ref" and "cpu"). Thread-safe. */
+int32_t rill_backend_registry_count(void);
+
+/* Fills *out with row index (0 .. count - 1; row 0 is "ref", the oracle). Errors: RILL_EINVAL
+ * (out NULL), RILL_ERANGE (index outside the table; *out untouched). Thread-safe. */
+rill_err_t rill_backend_registry_info(int32_t index, rill_backend_info_t *out);
+
+/* The row index of the backend called name ("ref", "cpu"; exact, case-sensitive). Errors:
+ * RILL_EINVAL (NULL), RILL_ENOTFOUND (no such row; *index untouched). Thread-safe. */
+rill_err_t rill_backend_registry_find(const char *name, int32_t *index);
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
@@ -314,6 +413,14 @@ rill_err_t rill_backend_set_batch(rill_backend_t *b, const rill_batch_t *batch);
 rill_err_t rill_backend_get_rows(rill_backend_t *b, float *y, const rill_weight_t *w,
                                  const int32_t *ids, int64_t n);
 
+/* rill_backend_get_rows() with ids in backend memory (n int32 ids, e.g. written by
+ * rill_backend_argmax_resident()): the embedding of tokens that never went through the host.
+ * Every id is checked against [0, w.ne1) before anything is written. Errors: RILL_EINVAL (NULL,
+ * n < 1, an id outside [0, w.ne1): y unchanged). Blocking (a device backend reads the check's
+ * outcome back, 4 bytes, not the ids). */
+rill_err_t rill_backend_get_rows_resident(rill_backend_t *b, float *y, const rill_weight_t *w,
+                                          const int32_t *ids, int64_t n);
+
 /* RMSNorm of n_rows rows of length n: y = x / sqrt(mean(x^2) + eps) [* w]. w is an F32 vector of
  * n values (ne1 = 1), or NULL for no weight. y may equal x. Errors: RILL_EINVAL. */
 rill_err_t rill_backend_rms_norm(rill_backend_t *b, float *y, const float *x,
@@ -397,10 +504,38 @@ rill_err_t rill_backend_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t 
                                       const int32_t *pages, int32_t n_pages, int32_t delta,
                                       const rill_rope_t *rope);
 
+/* Copies whole pages (K and V, every KV head) inside each of n_pools pools of layout kv: for
+ * every pool p < n_pools and every i < n, page dst[i] of pools[p] becomes a copy of page src[i]
+ * of the same pool (source pages are never written, see below). One call does the
+ * copy-on-write of many pages in every layer at once (pass every layer's pool of a KV cache), so
+ * a device backend can launch it as one batch instead of n_pools * n copies.
+ *   pools: host array of n_pools backend pointers, each an allocation of at least
+ *          rill_kv_pool_bytes(kv) bytes; no two pools may overlap (nor be the same pool);
+ *   src, dst: host arrays of n page indices in [0, kv->n_pages). A source page may repeat
+ *          (one page copied to several); a destination may not, and no destination may also be
+ *          a source (src[i] == dst[i] included), so the result never depends on the order of
+ *          the copies.
+ * The checks cost O(n^2 + n_pools^2) comparisons (no allocation), small next to copying n pages
+ * n_pools times. n == 0 or n_pools == 0 copies nothing. Errors: RILL_EINVAL (NULL, invalid
+ * layout, n or n_pools < 0, a page index out of range, a repeated destination, a destination
+ * that is also a source, overlapping pools); on error nothing is copied. Blocking. */
+rill_err_t rill_backend_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *kv,
+                                      void *const *pools, int32_t n_pools, const int32_t *src,
+                                      const int32_t *dst, int32_t n);
+
 /* out_host[r] = index of the largest value of row r of x (n_rows, n_cols) (the first one on
  * ties, NaN never wins), for r < n_rows. out_host is a host array. Errors: RILL_EINVAL. */
 rill_err_t rill_backend_argmax(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
                                int32_t *out_host);
+
+/* rill_backend_argmax() writing into backend memory: ids[r] (n_rows int32 values, a backend
+ * allocation) = the index of the largest value of row r of x (the first on ties, NaN never
+ * wins; 0 for a row of NaN or -inf only). The ids stay in backend memory until someone copies
+ * them out (rill_backend_copy_out) or feeds them to rill_backend_get_rows_resident(): a decode
+ * loop needs no round trip through the host. Errors: RILL_EINVAL (NULL, n_rows < 1, n_cols < 1
+ * or > INT32_MAX). ids must not overlap x. */
+rill_err_t rill_backend_argmax_resident(rill_backend_t *b, const float *x, int64_t n_rows,
+                                        int64_t n_cols, int32_t *ids);
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@
  * integer codes are summed exactly per block (as the SIMD code does with maddubs/madd), and the
  * block's scales are applied once per block. Only the accumulation over blocks differs from
  * llama.cpp: here it is in double, so the result is the exact value of the formula up to one
- * final rounding. The backends compute llama.cpp's f32 sums instead (rill__dot_ggml, backend.c);
+ * final rounding. The backends compute llama.cpp's f32 sums instead (rill__dot_ggml, ggml_ref.c);
  * tests measure those against this exact value.
  *
  * The formulas (w = weight block, a = act block):

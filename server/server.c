@@ -1377,7 +1377,7 @@ static int start(srv_t *s) {
         return -1;
     }
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = p->threads;
+    bp.cpu.n_threads = p->threads;
     bp.max_batch = 256;
     bp.attn = p->attn;
     rill_forward_params_t fp = rill_forward_default_params();
@@ -1398,7 +1398,7 @@ static int start(srv_t *s) {
     s->ticks = err == RILL_OK ? rill_malloc(RILL_MEM_SERVER, MAX_TICKS * sizeof *s->ticks) : NULL;
     if (err != RILL_OK || s->ticks == NULL) {
         const char *why = s->be == NULL && err == RILL_EUNSUPPORTED
-                              ? rill_backend_simd_unsupported(bp.simd)
+                              ? rill_backend_simd_unsupported(bp.cpu.simd)
                               : NULL;
         fprintf(stderr, "rilld: engine start-up failed: %s%s%s\n",
                 rill_strerror(err != RILL_OK ? err : RILL_ENOMEM), why ? ": " : "", why ? why : "");

@@ -187,14 +187,5 @@ void rill__pool_release(rill_session_pool_t *p, int32_t page) {
 }
 
 rill_err_t rill__pool_copy_page(rill_session_pool_t *p, int32_t dst, int32_t src) {
-    for (int32_t l = 0; l < p->n_layer; l++) {
-        char *base = rill_kv_cache_pool(p->kv, l);
-        rill_err_t err =
-            rill_backend_copy(p->be, base + (int64_t)dst * p->page_bytes,
-                              base + (int64_t)src * p->page_bytes, (size_t)p->page_bytes);
-        if (err != RILL_OK) {
-            return err;
-        }
-    }
-    return RILL_OK;
+    return rill_kv_cache_copy_pages(p->kv, &src, &dst, 1); /* every layer in one backend call */
 }

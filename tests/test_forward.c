@@ -159,7 +159,7 @@ static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind,
     ck_assert_msg(err == RILL_OK, "%s: %s", path, msg);
     rill_backend_params_t bp = rill_backend_default_params();
     bp.kind = kind;
-    bp.n_threads = threads;
+    bp.cpu.n_threads = threads;
     bp.attn = attn;
     ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
     rill_forward_params_t fp = rill_forward_default_params();
@@ -628,6 +628,312 @@ START_TEST(default_model_flash_matches_llama_cpp_flash) {
 }
 END_TEST
 
+/* ---- ids that stay in backend memory (rill_forward_eval_ids) ------------------------------ */
+
+/* The host arg-max as rill_forward_eval_ids promises it: the lowest id on ties, NaN never wins. */
+static int32_t host_argmax(const float *x, int n) {
+    int32_t best = 0;
+    float bv = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        if (x[i] > bv) {
+            bv = x[i];
+            best = i;
+        }
+    }
+    return best;
+}
+
+static const char *const ids_models[] = {
+    "rill-tiny-llama-F32.gguf",  "rill-tiny-qwen2-Q4_K.gguf", "rill-tiny-llama-tied-Q4_1.gguf",
+    "rill-tiny-qwen2-Q8_0.gguf", "rill-tiny-llama-BF16.gguf", "rill-tiny-qwen2-F16.gguf",
+};
+
+/* The ids of a batch's rows (out of order, repeated, more rows than one output matmul takes)
+ * equal the host arg-max of the same batch's logits, on both backends and both attention
+ * kernels. */
+START_TEST(resident_ids_equal_host_argmax) {
+    static const int32_t toks[] = { 1,   65, 1,  211, 136, 215, 225, 174, 123, 175, 103, 93,
+                                    114, 29, 91, 115, 20,  30,  40,  50,  60,  70,  80 };
+    enum { T = (int)(sizeof toks / sizeof toks[0]), N_OUT = 40 }; /* 40 > max_logits 32 */
+    int32_t rows[N_OUT], ids[N_OUT];
+    for (int j = 0; j < N_OUT; j++) {
+        rows[j] = (j * 7 + 3) % T;
+    }
+    int checked = 0;
+    for (size_t m = 0; m < sizeof ids_models / sizeof ids_models[0]; m++) {
+        for (int k = 0; k < 3; k++) {
+            rig_t g;
+            rig_open_attn(&g, ids_models[m], k == 0 ? RILL_BACKEND_REF : RILL_BACKEND_CPU,
+                          k == 0 ? 1 : 2, 64, 256, k == 2 ? RILL_ATTN_FLASH : RILL_ATTN_EXACT,
+                          RILL_DTYPE_F16);
+            const int V = rill_model_hparams(g.model)->n_vocab;
+            rill_batch_token_t bt[T];
+            for (int t = 0; t < T; t++) {
+                bt[t] = (rill_batch_token_t){ 0, t, t, t + 1 };
+            }
+            const rill_batch_t b = { T, bt, 1, &g.pt };
+            float *logits = malloc((size_t)N_OUT * V * sizeof *logits);
+            ck_assert_ptr_nonnull(logits);
+            ck_assert_int_eq(rill_forward_eval(g.fw, g.kv, &b, toks, rows, N_OUT, logits), RILL_OK);
+            rill_forward_ids_t *out = NULL;
+            ck_assert_int_eq(rill_forward_ids_new(g.fw, N_OUT, &out), RILL_OK);
+            ck_assert_int_eq(rill_forward_ids_count(out), 0);
+            /* the same batch again: the same K/V rewritten, the same logits, now reduced */
+            ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, N_OUT, out),
+                             RILL_OK);
+            ck_assert_int_eq(rill_forward_ids_count(out), N_OUT);
+            ck_assert_int_eq(rill_forward_ids_read(out, ids, N_OUT), RILL_OK);
+            for (int j = 0; j < N_OUT; j++) {
+                ck_assert_msg(ids[j] == host_argmax(logits + (size_t)j * V, V),
+                              "%s on %s: row %d id %d, host arg-max %d", ids_models[m],
+                              rill_backend_name(g.be), rows[j], ids[j],
+                              host_argmax(logits + (size_t)j * V, V));
+            }
+            rill_forward_ids_destroy(&out);
+            ck_assert_ptr_null(out);
+            free(logits);
+            rig_close(&g);
+            checked++;
+        }
+    }
+    ck_assert_int_eq(checked, 18);
+}
+END_TEST
+
+/* Two sequences decoding in one batch, greedily: on the host path every step's logits come to
+ * the host, which picks the ids and sends them back; on the resident path the ids never leave
+ * the backend (read here only to compare). Both give the same continuation, batch for batch. */
+static void greedy_pair(const char *model, rill_backend_kind_t kind, int32_t *out_ids,
+                        bool resident, int steps) {
+    static const int32_t pa[] = { 1, 65, 211, 136, 215, 225, 174 }, pb[] = { 1, 93, 114, 29 };
+    enum { NA = 7, NB = 4 };
+    rig_t g;
+    rig_open_attn(&g, model, kind, kind == RILL_BACKEND_REF ? 1 : 2, 64, 256, RILL_ATTN_EXACT,
+                  RILL_DTYPE_F32);
+    const int V = rill_model_hparams(g.model)->n_vocab;
+    /* seq 0 on pages 0..7, seq 1 on pages 15..8 of the rig's 16-page cache */
+    int32_t pages[2][8];
+    for (int i = 0; i < 8; i++) {
+        pages[0][i] = i;
+        pages[1][i] = 15 - i;
+    }
+    const rill_page_table_t pts[2] = { { pages[0], 8 }, { pages[1], 8 } };
+    rill_batch_token_t bt[NA + NB];
+    int32_t toks[NA + NB];
+    int n = 0, na = 0, nb = 0; /* both prompts in one batch, interleaved */
+    while (na < NA || nb < NB) {
+        if (na < NA) {
+            bt[n] = (rill_batch_token_t){ 0, na, na, na + 1 };
+            toks[n++] = pa[na++];
+        }
+        if (nb < NB) {
+            bt[n] = (rill_batch_token_t){ 1, nb, nb, nb + 1 };
+            toks[n++] = pb[nb++];
+        }
+    }
+    int32_t last[2] = { -1, -1 };
+    for (int i = 0; i < n; i++) {
+        last[bt[i].seq] = i;
+    }
+    rill_batch_t b = { n, bt, 2, pts };
+    rill_forward_ids_t *ids = NULL;
+    float *logits = malloc(2 * (size_t)V * sizeof *logits);
+    ck_assert_ptr_nonnull(logits);
+    int32_t next[2];
+    if (resident) {
+        ck_assert_int_eq(rill_forward_ids_new(g.fw, 2, &ids), RILL_OK);
+        ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, last, 2, ids), RILL_OK);
+    } else {
+        ck_assert_int_eq(rill_forward_eval(g.fw, g.kv, &b, toks, last, 2, logits), RILL_OK);
+    }
+    const int32_t rows[2] = { 0, 1 };
+    for (int step = 0; step < steps; step++) {
+        if (resident) {
+            ck_assert_int_eq(rill_forward_ids_read(ids, next, 2), RILL_OK);
+        } else {
+            next[0] = host_argmax(logits, V);
+            next[1] = host_argmax(logits + V, V);
+        }
+        out_ids[2 * step] = next[0];
+        out_ids[2 * step + 1] = next[1];
+        bt[0] = (rill_batch_token_t){ 0, NA + step, NA + step, NA + step + 1 };
+        bt[1] = (rill_batch_token_t){ 1, NB + step, NB + step, NB + step + 1 };
+        b.n_tok = 2;
+        if (resident) { /* in place: this step's ids in, the next step's out */
+            ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 2, ids),
+                             RILL_OK);
+        } else {
+            ck_assert_int_eq(rill_forward_eval(g.fw, g.kv, &b, next, rows, 2, logits), RILL_OK);
+        }
+    }
+    rill_forward_ids_destroy(&ids);
+    free(logits);
+    rig_close(&g);
+}
+
+START_TEST(resident_greedy_equals_host_greedy) {
+    enum { STEPS = 24 };
+    static const char *const models[] = { "rill-tiny-llama-Q4_0.gguf", "rill-tiny-qwen2-F32.gguf",
+                                          "rill-tiny-llama-Q6_K.gguf" };
+    for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
+        for (int k = 0; k < 2; k++) {
+            const rill_backend_kind_t kind = k ? RILL_BACKEND_CPU : RILL_BACKEND_REF;
+            int32_t host[2 * STEPS], res[2 * STEPS];
+            greedy_pair(models[m], kind, host, false, STEPS);
+            greedy_pair(models[m], kind, res, true, STEPS);
+            for (int i = 0; i < 2 * STEPS; i++) {
+                ck_assert_msg(host[i] == res[i], "%s: sequence %d step %d: host %d, resident %d",
+                              models[m], i % 2, i / 2, host[i], res[i]);
+            }
+            int distinct = 0; /* a real continuation, not one id repeated */
+            for (int i = 2; i < 2 * STEPS; i += 2) {
+                distinct += host[i] != host[i - 2];
+            }
+            ck_assert_int_gt(distinct, 0);
+        }
+    }
+}
+END_TEST
+
+/* rill_kv_cache_copy_pages copies every layer's page in one call; bad index sets change
+ * nothing and say why. */
+START_TEST(kv_cache_copy_pages_every_layer) {
+    rig_t g;
+    rig_open(&g, "rill-tiny-qwen2-Q8_0.gguf", RILL_BACKEND_CPU, 2, 64, 256);
+    static const int32_t toks[] = { 1,   65, 1,   211, 136, 215, 225, 174, 123, 175,
+                                    103, 93, 114, 29,  91,  115, 20,  30,  40,  50 };
+    const int n = (int)(sizeof toks / sizeof toks[0]);
+    ck_assert_int_eq(rill_forward_eval_sequence(g.fw, g.kv, &g.pt, 0, toks, n, false, NULL),
+                     RILL_OK);
+    /* the sequence's slots 0..19 live in pages 15 and 14 (reversed table) */
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(g.kv);
+    const size_t page = (size_t)rill_kv_page_bytes(lay), pool = page * (size_t)lay->n_pages;
+    const int32_t n_layer = rill_model_hparams(g.model)->n_layer;
+    uint8_t *before = malloc(pool * (size_t)n_layer), *after = malloc(pool * (size_t)n_layer);
+    ck_assert(before != NULL && after != NULL);
+    for (int32_t l = 0; l < n_layer; l++) {
+        ck_assert_int_eq(rill_backend_copy_out(g.be, before + (size_t)l * pool,
+                                               rill_kv_cache_pool(g.kv, l), pool),
+                         RILL_OK);
+    }
+    const int32_t src[3] = { 15, 14, 15 }, dst[3] = { 2, 3, 9 };
+    ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, src, dst, 3), RILL_OK);
+    for (int32_t l = 0; l < n_layer; l++) {
+        uint8_t *want = before + (size_t)l * pool;
+        for (int i = 0; i < 3; i++) {
+            memcpy(want + (size_t)dst[i] * page, want + (size_t)src[i] * page, page);
+        }
+        ck_assert_int_eq(rill_backend_copy_out(g.be, after + (size_t)l * pool,
+                                               rill_kv_cache_pool(g.kv, l), pool),
+                         RILL_OK);
+        ck_assert_msg(memcmp(after + (size_t)l * pool, want, pool) == 0, "layer %d", l);
+    }
+    const int32_t dup[2] = { 4, 4 }, two[2] = { 15, 14 }, big[1] = { 16 };
+    ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, two, dup, 2), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "destination of copies"));
+    ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, big, dup, 1), RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, two, two, 2), RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_copy_pages(NULL, two, dup, 1), RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, two, dup, 0), RILL_OK);
+    for (int32_t l = 0; l < n_layer; l++) { /* unchanged by the refused calls */
+        ck_assert_int_eq(rill_backend_copy_out(g.be, before + (size_t)l * pool,
+                                               rill_kv_cache_pool(g.kv, l), pool),
+                         RILL_OK);
+    }
+    ck_assert(memcmp(before, after, pool * (size_t)n_layer) == 0);
+    free(before);
+    free(after);
+    rig_close(&g);
+}
+END_TEST
+
+/* Argument errors of the resident path change nothing; a bad resident id is refused by the
+ * pass; allocation failure of the buffer leaks nothing. */
+START_TEST(resident_ids_errors) {
+    rig_t g, other;
+    rig_open(&g, "rill-tiny-llama-F16.gguf", RILL_BACKEND_CPU, 2, 8, 256);
+    rig_open(&other, "rill-tiny-llama-F16.gguf", RILL_BACKEND_REF, 1, 8, 256);
+    const int32_t V = rill_model_hparams(g.model)->n_vocab;
+    rill_forward_ids_t *ids = NULL, *small = NULL, *foreign = NULL;
+    ck_assert_int_eq(rill_forward_ids_new(g.fw, 0, &ids), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_ids_new(g.fw, 9, &ids), RILL_EINVAL); /* > max_batch 8 */
+    ck_assert_int_eq(rill_forward_ids_new(NULL, 2, &ids), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_ids_new(g.fw, 2, NULL), RILL_EINVAL);
+    ck_assert_ptr_null(ids);
+    const rill_mem_stats_t before = rill_mem_stats_total();
+    for (int64_t k = 1; k <= 2; k++) { /* the struct, then the backend buffer */
+        rill_mem_fail_nth(k);
+        ck_assert_int_eq(rill_forward_ids_new(g.fw, 4, &ids), RILL_ENOMEM);
+        rill_mem_fail_nth(0);
+        ck_assert_ptr_null(ids);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, before.n_live);
+    }
+    ck_assert_int_eq(rill_forward_ids_new(g.fw, 4, &ids), RILL_OK);
+    ck_assert_int_eq(rill_forward_ids_new(g.fw, 1, &small), RILL_OK);
+    ck_assert_int_eq(rill_forward_ids_new(other.fw, 4, &foreign), RILL_OK);
+
+    const int32_t toks[3] = { 5, 6, 7 }, rows[3] = { 0, 1, 2 };
+    rill_batch_token_t bt[3] = { { 0, 0, 0, 1 }, { 0, 1, 1, 2 }, { 0, 2, 2, 3 } };
+    const rill_batch_t b = { 3, bt, 1, &g.pt };
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 3, ids), RILL_OK);
+    int32_t got[4];
+    ck_assert_int_eq(rill_forward_ids_read(ids, got, 3), RILL_OK);
+    /* refused, count and contents unchanged */
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, ids, rows, 3, ids), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, NULL, rows, 3, ids), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 3, foreign),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, foreign, rows, 3, ids),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, small, rows, 3, ids),
+                     RILL_EINVAL); /* holds 0 ids, the batch needs 3 */
+    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "do not cover"));
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 3, small),
+                     RILL_ERANGE);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 0, ids), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, NULL, 3, ids), RILL_EINVAL);
+    const int32_t bad_rows[1] = { 3 };
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, bad_rows, 1, ids),
+                     RILL_EINVAL);
+    const int32_t bad_toks[3] = { 5, V, 7 };
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, bad_toks, NULL, rows, 3, ids),
+                     RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "vocabulary"));
+    ck_assert_int_eq(rill_forward_ids_count(ids), 3);
+    int32_t again[4];
+    ck_assert_int_eq(rill_forward_ids_read(ids, again, 3), RILL_OK);
+    ck_assert(memcmp(got, again, 3 * sizeof got[0]) == 0);
+    ck_assert_int_eq(rill_forward_ids_read(ids, again, 4), RILL_ERANGE);
+    ck_assert_int_eq(rill_forward_ids_read(ids, NULL, 1), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_ids_read(NULL, again, 1), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_ids_count(NULL), 0);
+
+    /* ids the host writes feed a pass like host tokens do */
+    ck_assert_int_eq(rill_forward_ids_write(ids, toks, 5), RILL_ERANGE);
+    ck_assert_int_eq(rill_forward_ids_write(ids, NULL, 3), RILL_EINVAL);
+    ck_assert_int_eq(rill_forward_ids_write(ids, toks, 3), RILL_OK);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 3, ids), RILL_OK);
+    ck_assert_int_eq(rill_forward_ids_read(ids, again, 3), RILL_OK);
+    ck_assert(memcmp(got, again, 3 * sizeof got[0]) == 0);
+    /* a resident id outside the vocabulary: refused by the pass, the output count drops to 0 */
+    ck_assert_int_eq(rill_forward_ids_write(ids, bad_toks, 3), RILL_OK);
+    ck_assert_int_eq(rill_forward_ids_write(small, toks, 1), RILL_OK);
+    ck_assert_int_eq(rill_forward_ids_count(small), 1);
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 3, small),
+                     RILL_ERANGE); /* argument error first: nothing runs */
+    ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 1, small), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "vocabulary"));
+    ck_assert_int_eq(rill_forward_ids_count(small), 0);
+    ck_assert_int_eq(rill_forward_ids_read(small, again, 1), RILL_ERANGE);
+    rill_forward_ids_destroy(&ids);
+    rill_forward_ids_destroy(&small);
+    rill_forward_ids_destroy(&foreign);
+    rill_forward_ids_destroy(NULL);
+    rig_close(&g);
+    rig_close(&other);
+}
+END_TEST
+
 /* Failure paths: arguments, ranges, allocation failure at every point of creation. */
 START_TEST(forward_errors_and_allocation_failures) {
     char path[1200], msg[256];
@@ -709,6 +1015,10 @@ int main(void) {
     tcase_add_test(tc, reference_and_fast_backends_agree);
     tcase_add_test(tc, chunked_eval_equals_one_batch);
     tcase_add_test(tc, forward_errors_and_allocation_failures);
+    tcase_add_test(tc, resident_ids_equal_host_argmax);
+    tcase_add_test(tc, resident_greedy_equals_host_greedy);
+    tcase_add_test(tc, kv_cache_copy_pages_every_layer);
+    tcase_add_test(tc, resident_ids_errors);
     tcase_add_test(tc, tiny_flash_matches_llama_cpp_flash);
     if (have_default_model()) {
         tcase_add_test(tc, default_model_logits_match_llama_cpp);

@@ -53,7 +53,7 @@ static void rig_open_file(rig_t *g, const char *file, int64_t cells, const rill_
     ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
                      RILL_OK);
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = 1;
+    bp.cpu.n_threads = 1;
     bp.max_batch = 64;
     ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
     ck_assert_int_eq(rill_backend_new(&bp, &g->rbe), RILL_OK);

@@ -113,7 +113,7 @@ static void rig_open_ex(rig_t *g, const char *model, int n_layer, int64_t cells,
     ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
                      RILL_OK);
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = 2;
+    bp.cpu.n_threads = 2;
     bp.max_batch = 64;
     ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
     rill_forward_params_t fp = rill_forward_default_params();

@@ -75,7 +75,7 @@ static int rig_try(rig_t *g, rig_opts_t o) {
         return 2;
     }
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = 2;
+    bp.cpu.n_threads = 2;
     bp.max_batch = 64;
     if (rill_backend_new(&bp, &g->be) != RILL_OK) {
         return 3;

@@ -215,7 +215,7 @@ static bool run_case(const wcase_t *c) {
     ck_assert_int_eq(rill_model_hparams(model)->n_vocab, c->n_vocab);
     ck_assert_int_ge(rill_model_hparams(model)->n_layer, 2);
     rill_backend_params_t bp = rill_backend_default_params();
-    bp.n_threads = 2;
+    bp.cpu.n_threads = 2;
     bp.max_batch = c->max_batch;
     rill_backend_t *be = NULL;
     ck_assert_int_eq(rill_backend_new(&bp, &be), RILL_OK);
