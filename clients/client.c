@@ -37,6 +37,7 @@
 
 #include "client_internal.h"
 #include "rill_alloc.h"
+#include "rill_curve.h"
 #include "rill_log.h"
 #include "rill_msgpack.h"
 
@@ -230,45 +231,22 @@ static rill_err_t unpack_checked(msgpack_zone *z, const void *buf, size_t len, c
 
 /* ---- keys ---------------------------------------------------------------------------------- */
 
-static bool z85_key(const char *s) {
-    uint8_t raw[32];
-    return strlen(s) == 40 && zmq_z85_decode(raw, s) != NULL;
-}
-
-/* A key given as a file (when spec names one) or as Z85 text. */
+/* A key given as a file (when spec names one) or as Z85 text (rill_curve.h reads both). */
 static rill_err_t load_key(const char *spec, const char *what, char out[41], char *err,
                            size_t errlen) {
     struct stat sb;
     if (stat(spec, &sb) == 0) {
-        FILE *f = fopen(spec, "r");
-        char buf[128];
-        size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
+        char why[400];
+        if (rill_curve_key_read(spec, out, NULL, why, sizeof why) != RILL_OK) {
+            return new_fail(err, errlen, RILL_EINVAL, "%s %s", what, why);
         }
-        buf[n] = '\0';
-        size_t a = 0;
-        while (a < n && (buf[a] == ' ' || buf[a] == '\n' || buf[a] == '\r' || buf[a] == '\t')) {
-            a++;
-        }
-        size_t b = a;
-        while (b < n && buf[b] > ' ') {
-            b++;
-        }
-        buf[b] = '\0';
-        if (f == NULL || !z85_key(buf + a)) {
-            return new_fail(err, errlen, RILL_EINVAL, "%s %s: not a readable Z85 key file", what,
-                            spec);
-        }
-        memcpy(out, buf + a, 41);
         return RILL_OK;
     }
-    if (!z85_key(spec)) {
+    if (rill_curve_key_parse(spec, strlen(spec), out, NULL) != RILL_OK) {
         return new_fail(err, errlen, RILL_EINVAL,
                         "%s: '%.60s' is neither a key file nor a Z85 key (40 characters)", what,
                         spec);
     }
-    memcpy(out, spec, 41);
     return RILL_OK;
 }
 

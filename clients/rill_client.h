@@ -40,7 +40,7 @@
 #include <stdint.h>
 
 #include "rill_err.h"
-#include "rill_market.h"
+#include "rill_tick.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -171,7 +171,7 @@ rill_err_t rill_client_ingest_ticks(rill_client_t *c, const char *session, const
                                     int64_t n, rill_client_ticks_result_t *out);
 
 /* ingest.ticks with a batch already encoded as msgpack: batch[0, len) must be one msgpack
- * array (of tick maps, ingest/rill_market.h); its records are not checked here, the server
+ * array (of tick maps, wire/rill_tick.h); its records are not checked here, the server
  * skips bad ones and counts them in out->rejected. Errors: RILL_EFORMAT (not one array), and
  * as rill_client_ingest_ticks. */
 rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *session,

@@ -1,5 +1,5 @@
 /*
- * fuzz_request.c - libFuzzer target for rilld's request decoder (server/rill_proto.h), which
+ * fuzz_request.c - libFuzzer target for rilld's request decoder (wire/rill_proto.h), which
  * reads every frame a client sends before anything else looks at it.
  *
  * Every input is decoded by a long-lived decoder (as rilld keeps one: its zone is reused from

@@ -1,8 +1,8 @@
 /*
  * proto.c - request decoding (contract: rill_proto.h, docs/protocol.md).
  *
- * Design: the frame's structure is checked first (rill_msgpack_check, ingest/rill_msgpack.h),
- * so msgpack-c never sees a length it would trust; then msgpack-c unpacks it into the decoder's
+ * Design: the frame's structure is checked first (rill_msgpack_check, rill_msgpack.h), so
+ * msgpack-c never sees a length it would trust; then msgpack-c unpacks it into the decoder's
  * zone (reused: cleared per frame) and a table per command says which arguments it takes, with
  * their types. ingest.ticks' array is re-packed into the decoder's buffer for the tick decoder.
  */
