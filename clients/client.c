@@ -12,8 +12,9 @@
  * told apart.
  *
  * Everything read from the network is checked before use: frame counts, then the payload with
- * rill_msgpack_check (lengths against the bytes left, depth), then msgpack-c unpacks it into a
- * zone, then every field the client uses is checked for presence and type. Unknown reply and
+ * rill_msgpack_check_utf8 (lengths against the bytes left, depth, every str valid UTF-8), then
+ * msgpack-c unpacks it into a zone, then every field the client uses is checked for presence
+ * and type. Unknown reply and
  * event fields are ignored (a later protocol version may add some).
  *
  * Events for the user's subscriptions that arrive while a call runs are queued (raw, bounded:
@@ -186,11 +187,13 @@ bool rill__client_str(msgpack_zone *z, const msgpack_object *o, const char **s, 
 }
 
 /* Checks buf[0, len) (untrusted) and unpacks it into zone z: one msgpack map with string keys,
- * none twice. Returns RILL_OK, or RILL_EFORMAT / RILL_ENOMEM with msg set. */
+ * none twice, every str valid UTF-8 (the protocol's promise: a reply or event that breaks it is
+ * malformed, as it is to any strict msgpack reader). Returns RILL_OK, or RILL_EFORMAT /
+ * RILL_ENOMEM with msg set. */
 static rill_err_t unpack_checked(msgpack_zone *z, const void *buf, size_t len, const char *what,
                                  msgpack_object *out, char *msg, size_t msglen) {
     char why[160];
-    if (rill_msgpack_check(buf, len, CL_MAX_DEPTH, NULL, why, sizeof why) != RILL_OK) {
+    if (rill_msgpack_check_utf8(buf, len, CL_MAX_DEPTH, NULL, why, sizeof why) != RILL_OK) {
         snprintf(msg, msglen, "malformed %s: %s", what, why);
         return RILL_EFORMAT;
     }

@@ -1,7 +1,8 @@
 /*
- * test_wire.c - the wire module: the msgpack structure check (wire/rill_msgpack.h), the request
- * decoder (wire/rill_proto.h), the tick record's rules and its encoder (wire/rill_tick.h) and
- * CURVE key files (wire/rill_curve.h).
+ * test_wire.c - the wire module: the msgpack structure check and the str packer
+ * (wire/rill_msgpack.h), UTF-8 validation and escaping (wire/rill_utf8.h), the request decoder
+ * (wire/rill_proto.h), the tick record's rules and its encoder (wire/rill_tick.h) and CURVE key
+ * files (wire/rill_curve.h).
  *
  * Failure paths on purpose (STYLE.md rule 26): every cut of valid msgpack, trailing bytes,
  * nesting one past the limit, counts far above the bytes left, every request error the
@@ -9,7 +10,8 @@
  * handed to the checks are heap blocks of exactly their length, so a read past the end is an
  * AddressSanitizer report. Expectations are independent of the code under test: msgpack is
  * built by hand or with msgpack-c, Z85 keys with this file's own encoder (checked against RFC
- * 32's example).
+ * 32's example), UTF-8 judged by this file's own decoder (which computes code points, where the
+ * module compares byte ranges), exhaustively over three-byte sequences.
  */
 #include <check.h>
 #include <math.h>
@@ -565,6 +567,16 @@ START_TEST(proto_refuses_bad_requests) {
     expect_req(d, "session.close", "flush", p_int5, RILL_EINVAL, "takes no argument 'flush'");
     expect_req(d, "ingest.text", "flush", p_map, RILL_EFORMAT, "args.flush");
     expect_req(d, "ingest.tex", "session", p_empty, RILL_EINVAL, "unknown command 'ingest.tex'");
+    /* echoed names are cut at 40 bytes, at a character boundary: the é across byte 40 goes */
+    char name[48], want[64];
+    memset(name, 'x', 39);
+    snprintf(name + 39, sizeof name - 39, "\xc3\xa9");
+    snprintf(want, sizeof want, "command '%.39s'", name);
+    expect_req(d, name, "session", p_empty, RILL_EINVAL, want);
+    snprintf(want, sizeof want, "takes no argument '%.39s'", name);
+    expect_req(d, "session.stats", name, p_int5, RILL_EINVAL, want);
+    /* bytes that are not UTF-8 stay in the message: the sender's packer escapes them */
+    expect_req(d, "ingest.t\xbbxt", "session", p_empty, RILL_EINVAL, "'ingest.t\xbbxt'");
 
     rill_proto_req_t r;
     char msg[300];
@@ -643,6 +655,404 @@ START_TEST(proto_refuses_bad_requests) {
     rill_mem_fail_nth(0);
     ck_assert_ptr_null(x);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+}
+END_TEST
+
+/* ---- UTF-8 --------------------------------------------------------------------------------- */
+
+/* An independent UTF-8 decoder, written the other way round from wire/utf8.c's byte ranges:
+ * it assembles the code point from the lead byte's length class and then judges the value.
+ * Returns the length of the valid character at s[0, n), or 0. */
+static size_t ref_char_len(const unsigned char *s, size_t n) {
+    static const struct {
+        unsigned mask, lead;
+        size_t len;
+        uint32_t min;
+    } cls[] = { { 0x80, 0x00, 1, 0 },
+                { 0xe0, 0xc0, 2, 0x80 },
+                { 0xf0, 0xe0, 3, 0x800 },
+                { 0xf8, 0xf0, 4, 0x10000 } };
+    if (n == 0) {
+        return 0;
+    }
+    for (size_t k = 0; k < 4; k++) {
+        if ((s[0] & cls[k].mask) != cls[k].lead) {
+            continue;
+        }
+        if (n < cls[k].len) {
+            return 0;
+        }
+        uint32_t cp = s[0] & (0x7fu >> k) & (k == 0 ? 0x7f : 0xff);
+        for (size_t i = 1; i < cls[k].len; i++) {
+            if ((s[i] & 0xc0) != 0x80) {
+                return 0;
+            }
+            cp = cp << 6 | (s[i] & 0x3f);
+        }
+        bool ok = cp >= cls[k].min && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+        return ok ? cls[k].len : 0;
+    }
+    return 0;
+}
+
+static bool ref_valid(const char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        size_t l = ref_char_len((const unsigned char *)s + i, n - i);
+        if (l == 0) {
+            return false;
+        }
+        i += l;
+    }
+    return true;
+}
+
+/* Undoes the escape (for inputs without a backslash of their own). */
+static size_t unescape(const char *s, size_t n, char *out) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == '\\' && i + 3 < n && s[i + 1] == 'x') {
+            unsigned v = 0;
+            if (sscanf(s + i + 2, "%2x", &v) != 1) {
+                ck_abort_msg("not an escape at %zu", i);
+            }
+            out[o++] = (char)v;
+            i += 3;
+        } else {
+            out[o++] = s[i];
+        }
+    }
+    return o;
+}
+
+static void expect_escape(const char *in, size_t n, const char *want) {
+    char out[512];
+    int64_t r = rill_utf8_escape(in, n, out, sizeof out);
+    ck_assert_int_ge(r, 0);
+    ck_assert_msg((size_t)r == strlen(want) && memcmp(out, want, (size_t)r) == 0,
+                  "escape gave '%s', want '%s'", out, want);
+    ck_assert_uint_eq(rill_utf8_escaped_len(in, n), (size_t)r);
+    ck_assert(ref_valid(out, (size_t)r));
+}
+
+START_TEST(utf8_valid_text_is_unchanged) {
+    /* every boundary of every length class, NUL, and text */
+    static const char *const ok[] = {
+        "",
+        "plain ASCII, with controls \t\r\n\x01\x7f",
+        "\xc2\x80",         /* U+0080 */
+        "\xdf\xbf",         /* U+07FF */
+        "\xe0\xa0\x80",     /* U+0800 */
+        "\xed\x9f\xbf",     /* U+D7FF, below the surrogates */
+        "\xee\x80\x80",     /* U+E000, above them */
+        "\xef\xbf\xbf",     /* U+FFFF */
+        "\xf0\x90\x80\x80", /* U+10000 */
+        "\xf4\x8f\xbf\xbf", /* U+10FFFF, the last */
+        "caf\xc3\xa9 na\xc3\xafve \xe2\x82\xac 5 \xf0\x9f\x98\x80", /* café naïve € 😀 */
+        "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",                     /* 日本語 */
+        "a\\x80 is kept as it is",
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        size_t n = strlen(ok[i]);
+        size_t bad = 99;
+        ck_assert_msg(rill_utf8_valid(ok[i], n, &bad), "%zu", i);
+        ck_assert_uint_eq(bad, 99); /* untouched */
+        ck_assert(ref_valid(ok[i], n));
+        expect_escape(ok[i], n, ok[i]);
+    }
+    ck_assert(rill_utf8_valid("a\0b", 3, NULL)); /* U+0000 is a character */
+    char out[8];
+    ck_assert_int_eq(rill_utf8_escape("a\0b", 3, out, sizeof out), 3);
+    ck_assert(memcmp(out, "a\0b", 4) == 0);
+    ck_assert(rill_utf8_valid(NULL, 0, NULL));
+    ck_assert_uint_eq(rill_utf8_char_len("\xf0\x9f\x98\x80", 4), 4);
+    ck_assert_uint_eq(rill_utf8_char_len("\xf0\x9f\x98\x80", 3), 0); /* cut short */
+    ck_assert_uint_eq(rill_utf8_char_len(NULL, 4), 0);
+    ck_assert_uint_eq(rill_utf8_char_len("a", 0), 0);
+}
+END_TEST
+
+START_TEST(utf8_invalid_bytes_are_escaped) {
+    static const struct {
+        const char *in, *want;
+        size_t bad_at;
+    } cases[] = {
+        { "\x80", "\\x80", 0 },                            /* a stray continuation byte */
+        { "ab\xbf", "ab\\xbf", 2 },                        /* another */
+        { "\xc0\xaf", "\\xc0\\xaf", 0 },                   /* overlong '/' in two bytes */
+        { "\xc1\xbf", "\\xc1\\xbf", 0 },                   /* overlong U+007F */
+        { "\xe0\x80\xaf", "\\xe0\\x80\\xaf", 0 },          /* overlong in three */
+        { "\xe0\x9f\xbf", "\\xe0\\x9f\\xbf", 0 },          /* overlong U+07FF */
+        { "\xf0\x80\x80\xaf", "\\xf0\\x80\\x80\\xaf", 0 }, /* overlong in four */
+        { "\xf0\x8f\xbf\xbf", "\\xf0\\x8f\\xbf\\xbf", 0 }, /* overlong U+FFFF */
+        { "\xed\xa0\x80", "\\xed\\xa0\\x80", 0 },          /* U+D800, a surrogate */
+        { "x\xed\xbf\xbf", "x\\xed\\xbf\\xbf", 1 },        /* U+DFFF */
+        { "\xf4\x90\x80\x80", "\\xf4\\x90\\x80\\x80", 0 }, /* U+110000 */
+        { "\xf5\x80\x80\x80", "\\xf5\\x80\\x80\\x80", 0 }, /* F5: never a lead */
+        { "\xf7\xbf\xbf\xbf", "\\xf7\\xbf\\xbf\\xbf", 0 },
+        { "\xf8\x88\x80\x80\x80", "\\xf8\\x88\\x80\\x80\\x80", 0 }, /* five-byte forms */
+        { "\xfe\xff", "\\xfe\\xff", 0 },
+        { "end \xe2\x82", "end \\xe2\\x82", 4 }, /* cut short by the end */
+        { "\xf0\x9f\x98", "\\xf0\\x9f\\x98", 0 },
+        { "\xc3", "\\xc3", 0 },
+        { "\xe2\x82"
+          "A",
+          "\\xe2\\x82"
+          "A",
+          0 }, /* cut short by a byte that cannot go on */
+        { "\xc3(", "\\xc3(", 0 },
+        { "\xf0\x9f"
+          "\xc3\xa9",
+          "\\xf0\\x9f\xc3\xa9", 0 }, /* the é after it stays */
+        { "caf\xc3\xa9 \xff ok \xf0\x9f\x98\x80", "caf\xc3\xa9 \\xff ok \xf0\x9f\x98\x80", 6 },
+        { "ingest.t\xbbxt", "ingest.t\\xbbxt", 8 }, /* the hostile-frame finding */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        size_t n = strlen(cases[i].in), bad = 99;
+        ck_assert_msg(!rill_utf8_valid(cases[i].in, n, &bad), "case %zu", i);
+        ck_assert_msg(bad == cases[i].bad_at, "case %zu: bad at %zu", i, bad);
+        ck_assert(!ref_valid(cases[i].in, n));
+        expect_escape(cases[i].in, n, cases[i].want);
+    }
+    /* a short buffer, at every size: RILL_EFULL; then arguments */
+    const char *in = "a\xff\xc3\xa9";
+    char out[16];
+    for (size_t cap = 0; cap <= 7; cap++) {
+        ck_assert_int_eq(rill_utf8_escape(in, 4, out, cap), RILL_EFULL);
+    }
+    ck_assert_int_eq(rill_utf8_escape(in, 4, out, 8), 7);
+    ck_assert_str_eq(out, "a\\xff\xc3\xa9");
+    ck_assert_int_eq(rill_utf8_escape(in, 4, NULL, 8), RILL_EINVAL);
+    ck_assert_int_eq(rill_utf8_escape(NULL, 4, out, 8), RILL_EINVAL);
+    ck_assert_int_eq(rill_utf8_escape(NULL, 0, out, 1), 0);
+    ck_assert_int_eq(rill_utf8_escape("", 0, out, 0), RILL_EFULL);
+}
+END_TEST
+
+START_TEST(utf8_agrees_with_an_independent_decoder) {
+    /* every sequence of up to three bytes that starts with a lead or a stray byte, and every
+       four-byte one of the F0..F7 leads whose last byte is at an edge of its range */
+    unsigned char b[4];
+    for (unsigned c0 = 0x80; c0 <= 0xff; c0++) {
+        for (unsigned c1 = 0; c1 <= 0xff; c1++) {
+            for (unsigned c2 = 0; c2 <= 0xff; c2++) {
+                b[0] = (unsigned char)c0;
+                b[1] = (unsigned char)c1;
+                b[2] = (unsigned char)c2;
+                size_t want = ref_char_len(b, 3);
+                if (rill_utf8_char_len((const char *)b, 3) != want) {
+                    ck_abort_msg("%02x %02x %02x: %zu, want %zu", c0, c1, c2,
+                                 rill_utf8_char_len((const char *)b, 3), want);
+                }
+                if (c0 >= 0xf0 && c0 <= 0xf7 && c1 >= 0x80 && c1 <= 0xbf) {
+                    static const unsigned last[] = { 0x00, 0x7f, 0x80, 0xbf, 0xc0, 0xff };
+                    for (size_t k = 0; k < sizeof last / sizeof last[0]; k++) {
+                        b[3] = (unsigned char)last[k];
+                        if (rill_utf8_char_len((const char *)b, 4) != ref_char_len(b, 4)) {
+                            ck_abort_msg("%02x %02x %02x %02x", c0, c1, c2, last[k]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    /* random strings of valid characters and stray bytes: the escape is always valid, keeps
+       valid input as it is, and undoes to the input */
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    char in[64], out[64 * 4 + 1], back[64];
+    static const char *const pieces[] = {
+        "a", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf"
+    };
+    for (int round = 0; round < 200000; round++) {
+        size_t n = 0;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        size_t want = (size_t)(x % 40);
+        while (n < want) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if (x % 3 == 0) {
+                unsigned char c = (unsigned char)(x >> 8);
+                in[n++] = (char)(c == '\\' ? 'b' : c);
+            } else {
+                const char *p = pieces[(x >> 8) % 7];
+                size_t l = strlen(p);
+                if (n + l > sizeof in) {
+                    break;
+                }
+                memcpy(in + n, p, l);
+                n += l;
+            }
+        }
+        /* plain ifs: a passing ck_assert costs a write to Check's log, 10^6 of them seconds */
+        bool valid = ref_valid(in, n);
+        int64_t r = rill_utf8_escape(in, n, out, sizeof out);
+        bool ok = rill_utf8_valid(in, n, NULL) == valid && r >= 0 && ref_valid(out, (size_t)r) &&
+                  rill_utf8_escaped_len(in, n) == (size_t)r &&
+                  (!valid || (r == (int64_t)n && memcmp(out, in, n) == 0)) &&
+                  unescape(out, (size_t)r, back) == n && memcmp(back, in, n) == 0;
+        if (!ok) {
+            ck_abort_msg("round %d: %zu bytes in, %lld out", round, n, (long long)r);
+        }
+    }
+}
+END_TEST
+
+START_TEST(utf8_cut_keeps_characters_whole) {
+    char s[64];
+    memset(s, 'x', 39);
+    memcpy(s + 39, "\xc3\xa9", 2); /* é across byte 40 */
+    ck_assert_uint_eq(rill_utf8_cut(s, 41, 40), 39);
+    ck_assert_uint_eq(rill_utf8_cut(s, 41, 41), 41);
+    ck_assert_uint_eq(rill_utf8_cut(s, 41, 39), 39);
+    /* a four-byte character crossing the cut at each of its inner bytes */
+    const char *e = "ab\xf0\x9f\x98\x80"
+                    "cd";
+    for (size_t max = 3; max <= 5; max++) {
+        ck_assert_uint_eq(rill_utf8_cut(e, 8, max), 2);
+    }
+    ck_assert_uint_eq(rill_utf8_cut(e, 8, 2), 2);
+    ck_assert_uint_eq(rill_utf8_cut(e, 8, 6), 6);
+    ck_assert_uint_eq(rill_utf8_cut(e, 8, 7), 7);
+    ck_assert_uint_eq(rill_utf8_cut("\xe2\x82\xac", 3, 1), 0);
+    ck_assert_uint_eq(rill_utf8_cut("\xe2\x82\xac", 3, 0), 0);
+    /* bytes that are not a character are cut anywhere (they are escaped one by one) */
+    ck_assert_uint_eq(rill_utf8_cut("ab\xe2\x82"
+                                    "cd",
+                                    6, 3),
+                      3);
+    ck_assert_uint_eq(rill_utf8_cut("a\x80\x80\x80\x80", 5, 3), 3);
+    ck_assert_uint_eq(rill_utf8_cut("abc", 3, 10), 3);
+}
+END_TEST
+
+/* A writer that fails once `left` bytes are used up. */
+typedef struct lim {
+    msgpack_sbuffer sb;
+    size_t left;
+} lim_t;
+
+static int lim_write(void *data, const char *buf, size_t len) {
+    lim_t *l = data;
+    if (len > l->left) {
+        return -1;
+    }
+    l->left -= len;
+    return msgpack_sbuffer_write(&l->sb, buf, len);
+}
+
+/* Packs in[0, n) with rill_msgpack_pack_str and checks what msgpack-c reads back. */
+static void expect_pack(const char *in, size_t n, size_t hdr, uint8_t type) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    ck_assert_int_eq(rill_msgpack_pack_str(&pk, in, n), 0);
+    size_t elen = rill_utf8_escaped_len(in, n);
+    ck_assert_uint_eq(sb.size, hdr + elen);
+    ck_assert_int_eq((uint8_t)sb.data[0] & (hdr == 1 ? 0xe0 : 0xff), type);
+    rill_msgpack_shape_t sh;
+    char msg[160];
+    ck_assert_msg(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh, msg, sizeof msg) == RILL_OK,
+                  "%s", msg);
+    msgpack_zone z;
+    msgpack_zone_init(&z, 1024);
+    msgpack_object o;
+    size_t off = 0;
+    ck_assert_int_eq(msgpack_unpack(sb.data, sb.size, &off, &z, &o), MSGPACK_UNPACK_SUCCESS);
+    ck_assert_int_eq(o.type, MSGPACK_OBJECT_STR);
+    char *want = malloc(elen + 1);
+    ck_assert_int_eq(rill_utf8_escape(in, n, want, elen + 1), (int64_t)elen);
+    ck_assert(o.via.str.size == elen && memcmp(o.via.str.ptr, want, elen) == 0);
+    free(want);
+    msgpack_zone_destroy(&z);
+    msgpack_sbuffer_destroy(&sb);
+}
+
+START_TEST(msgpack_pack_str_sends_only_utf8) {
+    expect_pack("", 0, 1, 0xa0);
+    expect_pack(NULL, 0, 1, 0xa0);
+    expect_pack("caf\xc3\xa9", 5, 1, 0xa0);
+    expect_pack("unknown command 'ingest.t\xbbxt'", 29, 2, 0xd9); /* 32 escaped: str8 */
+    /* the header follows the escaped length across each size class */
+    static char bad[20000];
+    memset(bad, 0xff, sizeof bad);
+    expect_pack(bad, 7, 1, 0xa0);     /* 28 bytes: fixstr */
+    expect_pack(bad, 8, 2, 0xd9);     /* 32: str8 */
+    expect_pack(bad, 63, 2, 0xd9);    /* 252 */
+    expect_pack(bad, 64, 3, 0xda);    /* 256: str16 */
+    expect_pack(bad, 16383, 3, 0xda); /* 65532 */
+    expect_pack(bad, 16384, 5, 0xdb); /* 65536: str32 */
+    memcpy(bad + 100, "ok \xe2\x82\xac", 6);
+    expect_pack(bad, 200, 3, 0xda);
+    /* a writer that fails at any byte: a nonzero return, never a crash */
+    const char *in = "ab\xff\xc3\xa9\xed\xa0\x80z";
+    size_t total = 1 + rill_utf8_escaped_len(in, strlen(in));
+    for (size_t left = 0; left < total; left++) {
+        lim_t l = { .left = left };
+        msgpack_sbuffer_init(&l.sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &l, lim_write);
+        ck_assert_int_ne(rill_msgpack_pack_str(&pk, in, strlen(in)), 0);
+        msgpack_sbuffer_destroy(&l.sb);
+    }
+    lim_t l = { .left = total };
+    msgpack_sbuffer_init(&l.sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &l, lim_write);
+    ck_assert_int_eq(rill_msgpack_pack_str(&pk, in, strlen(in)), 0);
+    msgpack_sbuffer_destroy(&l.sb);
+    ck_assert_int_ne(rill_msgpack_pack_str(NULL, "a", 1), 0);
+    ck_assert_int_ne(rill_msgpack_pack_str(&pk, NULL, 1), 0);
+}
+END_TEST
+
+START_TEST(msgpack_check_utf8_refuses_bad_strs) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pk_s(&pk, "message");
+    pk_s(&pk, "caf\xc3\xa9");
+    pk_s(&pk, "result");
+    msgpack_pack_bin_with_body(&pk, "\xff\xfe", 2); /* bin is bytes: not checked */
+    rill_msgpack_shape_t sh;
+    char msg[160];
+    ck_assert_int_eq(check_exact(sb.data, sb.size, 2, &sh, msg, sizeof msg), RILL_OK);
+    void *q = exact(sb.data, sb.size);
+    ck_assert_int_eq(rill_msgpack_check_utf8(q, sb.size, 2, &sh, msg, sizeof msg), RILL_OK);
+    free(q);
+    msgpack_sbuffer_destroy(&sb);
+
+    /* a value, a key, a str8, a str inside an array: the structure check passes, this not */
+    const struct {
+        const char *b;
+        size_t n;
+        size_t at;
+        const char *sub;
+    } bad[] = {
+        { "\x81\xa1k\xa3"
+          "ab\xff",
+          7, 3, "str of 3 bytes is not valid UTF-8 (byte 6)" },
+        { "\x81\xa2\xc0\xaf\x01", 5, 1, "(byte 2)" },
+        { "\xd9\x02\xed\xa0", 4, 0, "str of 2 bytes" },
+        { "\x92\x01\xa2\xe2\x82", 5, 2, "(byte 3)" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(check_exact(bad[i].b, bad[i].n, 2, NULL, NULL, 0), RILL_OK);
+        q = exact(bad[i].b, bad[i].n);
+        rill_err_t e = rill_msgpack_check_utf8(q, bad[i].n, 2, &sh, msg, sizeof msg);
+        free(q);
+        ck_assert_msg(e == RILL_EFORMAT, "case %zu", i);
+        ck_assert_msg(sh.at == bad[i].at, "case %zu: at %zu", i, sh.at);
+        ck_assert_msg(strstr(msg, bad[i].sub) != NULL, "case %zu: '%s'", i, msg);
+    }
+    /* structure errors come out as from rill_msgpack_check */
+    ck_assert_int_eq(rill_msgpack_check_utf8("\xc1", 1, 2, &sh, msg, sizeof msg), RILL_EFORMAT);
+    ck_assert_msg(strstr(msg, "0xc1") != NULL, "%s", msg);
+    ck_assert_int_eq(rill_msgpack_check_utf8(NULL, 1, 2, &sh, msg, sizeof msg), RILL_EINVAL);
 }
 END_TEST
 
@@ -812,6 +1222,15 @@ int main(void) {
     tcase_add_test(pr, proto_decodes_every_command);
     tcase_add_test(pr, proto_refuses_bad_requests);
     suite_add_tcase(su, pr);
+    TCase *u8 = tcase_create("utf8");
+    tcase_set_timeout(u8, 120);
+    tcase_add_test(u8, utf8_valid_text_is_unchanged);
+    tcase_add_test(u8, utf8_invalid_bytes_are_escaped);
+    tcase_add_test(u8, utf8_agrees_with_an_independent_decoder);
+    tcase_add_test(u8, utf8_cut_keeps_characters_whole);
+    tcase_add_test(u8, msgpack_pack_str_sends_only_utf8);
+    tcase_add_test(u8, msgpack_check_utf8_refuses_bad_strs);
+    suite_add_tcase(su, u8);
     TCase *ky = tcase_create("keys");
     tcase_set_timeout(ky, 60);
     tcase_add_test(ky, curve_key_files);
