@@ -21,7 +21,10 @@ int rill_msgpack_pack_str(msgpack_packer *pk, const char *s, size_t len) {
         if (len > UINT32_MAX) {
             return -1;
         }
-        return msgpack_pack_str(pk, len) != 0 ? -1 : msgpack_pack_str_body(pk, s, len);
+        if (msgpack_pack_str(pk, len) != 0) {
+            return -1;
+        }
+        return len > 0 ? msgpack_pack_str_body(pk, s, len) : 0; /* s may be NULL then */
     }
     size_t out = rill_utf8_escaped_len(s, len);
     if (out > UINT32_MAX || msgpack_pack_str(pk, out) != 0) {
