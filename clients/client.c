@@ -12,8 +12,9 @@
  * told apart.
  *
  * Everything read from the network is checked before use: frame counts, then the payload with
- * rill_msgpack_check (lengths against the bytes left, depth), then msgpack-c unpacks it into a
- * zone, then every field the client uses is checked for presence and type. Unknown reply and
+ * rill_msgpack_check_utf8 (lengths against the bytes left, depth, every str valid UTF-8), then
+ * msgpack-c unpacks it into a zone, then every field the client uses is checked for presence
+ * and type. Unknown reply and
  * event fields are ignored (a later protocol version may add some).
  *
  * Events for the user's subscriptions that arrive while a call runs are queued (raw, bounded:
@@ -37,6 +38,7 @@
 
 #include "client_internal.h"
 #include "rill_alloc.h"
+#include "rill_curve.h"
 #include "rill_log.h"
 #include "rill_msgpack.h"
 
@@ -185,11 +187,13 @@ bool rill__client_str(msgpack_zone *z, const msgpack_object *o, const char **s, 
 }
 
 /* Checks buf[0, len) (untrusted) and unpacks it into zone z: one msgpack map with string keys,
- * none twice. Returns RILL_OK, or RILL_EFORMAT / RILL_ENOMEM with msg set. */
+ * none twice, every str valid UTF-8 (the protocol's promise: a reply or event that breaks it is
+ * malformed, as it is to any strict msgpack reader). Returns RILL_OK, or RILL_EFORMAT /
+ * RILL_ENOMEM with msg set. */
 static rill_err_t unpack_checked(msgpack_zone *z, const void *buf, size_t len, const char *what,
                                  msgpack_object *out, char *msg, size_t msglen) {
     char why[160];
-    if (rill_msgpack_check(buf, len, CL_MAX_DEPTH, NULL, why, sizeof why) != RILL_OK) {
+    if (rill_msgpack_check_utf8(buf, len, CL_MAX_DEPTH, NULL, why, sizeof why) != RILL_OK) {
         snprintf(msg, msglen, "malformed %s: %s", what, why);
         return RILL_EFORMAT;
     }
@@ -230,45 +234,22 @@ static rill_err_t unpack_checked(msgpack_zone *z, const void *buf, size_t len, c
 
 /* ---- keys ---------------------------------------------------------------------------------- */
 
-static bool z85_key(const char *s) {
-    uint8_t raw[32];
-    return strlen(s) == 40 && zmq_z85_decode(raw, s) != NULL;
-}
-
-/* A key given as a file (when spec names one) or as Z85 text. */
+/* A key given as a file (when spec names one) or as Z85 text (rill_curve.h reads both). */
 static rill_err_t load_key(const char *spec, const char *what, char out[41], char *err,
                            size_t errlen) {
     struct stat sb;
     if (stat(spec, &sb) == 0) {
-        FILE *f = fopen(spec, "r");
-        char buf[128];
-        size_t n = f != NULL ? fread(buf, 1, sizeof buf - 1, f) : 0;
-        if (f != NULL) {
-            fclose(f);
+        char why[400];
+        if (rill_curve_key_read(spec, out, NULL, why, sizeof why) != RILL_OK) {
+            return new_fail(err, errlen, RILL_EINVAL, "%s %s", what, why);
         }
-        buf[n] = '\0';
-        size_t a = 0;
-        while (a < n && (buf[a] == ' ' || buf[a] == '\n' || buf[a] == '\r' || buf[a] == '\t')) {
-            a++;
-        }
-        size_t b = a;
-        while (b < n && buf[b] > ' ') {
-            b++;
-        }
-        buf[b] = '\0';
-        if (f == NULL || !z85_key(buf + a)) {
-            return new_fail(err, errlen, RILL_EINVAL, "%s %s: not a readable Z85 key file", what,
-                            spec);
-        }
-        memcpy(out, buf + a, 41);
         return RILL_OK;
     }
-    if (!z85_key(spec)) {
+    if (rill_curve_key_parse(spec, strlen(spec), out, NULL) != RILL_OK) {
         return new_fail(err, errlen, RILL_EINVAL,
                         "%s: '%.60s' is neither a key file nor a Z85 key (40 characters)", what,
                         spec);
     }
-    memcpy(out, spec, 41);
     return RILL_OK;
 }
 

@@ -14,7 +14,9 @@
  *   RILL_ETIMEDOUT  no connection, or no reply, within timeout_ms (the message says which);
  *   RILL_EPERM      CURVE: the server refused this client's key, or the handshake failed;
  *   RILL_EFORMAT    the reply was not a well-formed protocol reply (it is checked with
- *                   rill_msgpack_check before it is unpacked, then field by field);
+ *                   rill_msgpack_check_utf8 before it is unpacked, then field by field): a
+ *                   str that is not valid UTF-8 anywhere in it makes the whole reply
+ *                   malformed, its status and message included (rilld sends only UTF-8);
  *   RILL_EUNSUPPORTED  the reply speaks another protocol version;
  *   RILL_EINVAL     bad arguments (NULL handle, a session name that is not
  *                   [A-Za-z0-9_.-]{1,64}, ...); nothing was sent;
@@ -40,7 +42,7 @@
 #include <stdint.h>
 
 #include "rill_err.h"
-#include "rill_market.h"
+#include "rill_tick.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -171,7 +173,7 @@ rill_err_t rill_client_ingest_ticks(rill_client_t *c, const char *session, const
                                     int64_t n, rill_client_ticks_result_t *out);
 
 /* ingest.ticks with a batch already encoded as msgpack: batch[0, len) must be one msgpack
- * array (of tick maps, ingest/rill_market.h); its records are not checked here, the server
+ * array (of tick maps, wire/rill_tick.h); its records are not checked here, the server
  * skips bad ones and counts them in out->rejected. Errors: RILL_EFORMAT (not one array), and
  * as rill_client_ingest_ticks. */
 rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *session,
@@ -304,7 +306,8 @@ typedef struct rill_client_event {
 } rill_client_event_t;
 
 /* Waits up to timeout_ms (0: only what has arrived) for the next event of the subscribed
- * topics and fills *ev. Malformed events are skipped and counted (bad_events). Returns
+ * topics and fills *ev. Malformed events (a str that is not valid UTF-8 among them) are skipped
+ * and counted (bad_events). Returns
  * RILL_OK, RILL_EAGAIN when nothing came within timeout_ms (flow control, not a failure),
  * RILL_EINVAL (bad arguments), RILL_EIO. Blocks for at most timeout_ms. */
 rill_err_t rill_client_next_event(rill_client_t *c, int32_t timeout_ms, rill_client_event_t *ev);

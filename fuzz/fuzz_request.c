@@ -1,5 +1,5 @@
 /*
- * fuzz_request.c - libFuzzer target for rilld's request decoder (server/rill_proto.h), which
+ * fuzz_request.c - libFuzzer target for rilld's request decoder (wire/rill_proto.h), which
  * reads every frame a client sends before anything else looks at it.
  *
  * Every input is decoded by a long-lived decoder (as rilld keeps one: its zone is reused from
@@ -16,6 +16,10 @@
  *      that were given) and decoded; the same request must come back, field by field.
  *   4. ingest.ticks' re-packed array passes rill_msgpack_check, and the tick decoder reads it
  *      without error other than the documented ones.
+ *   5. What rilld would echo is valid UTF-8 once packed as it packs strings: the error message,
+ *      and each string argument (a standing question is echoed), packed with
+ *      rill_msgpack_pack_str, pass rill_msgpack_check_utf8; the input itself, packed as one str,
+ *      too.
  *
  * Build and run: scripts/fuzz.sh request [seconds] (seeds: fuzz/make_request_seeds.py).
  */
@@ -198,6 +202,20 @@ static void repack(const rill_proto_req_t *r, msgpack_sbuffer *sb) {
     }
 }
 
+/* Oracle 5: s[0, n) packed as rilld packs strings is one str of valid UTF-8. */
+static void check_sent(const char *s, size_t n) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    check(rill_msgpack_pack_str(&pk, s, n) == 0);
+    rill_msgpack_shape_t sh;
+    check(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh, NULL, 0) == RILL_OK &&
+          sh.top == RILL_MSGPACK_SCALAR);
+    check(sb.size >= n + 1 && sb.size <= 4 * n + 5);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static bool str_eq(rill_proto_str_t a, rill_proto_str_t b) {
     return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
 }
@@ -227,9 +245,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     check(strlen(msg) < sizeof msg && (err == RILL_OK) == (msg[0] == '\0'));
     if (err == RILL_OK) {
         check_req(&r, data, size);
+        check_sent(r.question.p, r.question.len);
+        check_sent(r.system.p, r.system.len);
+        check_sent(r.text.p, r.text.len);
     } else {
         check(r.id < (UINT64_C(1) << 63));
+        check_sent(msg, strlen(msg));
     }
+    check_sent((const char *)data, size);
 
     /* a fresh decoder with a limit from the input: the same verdict, or ERANGE above it */
     size_t limit = 16 + (size > 0 ? (size_t)data[size - 1] * 8 : 0);

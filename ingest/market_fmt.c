@@ -207,7 +207,7 @@ rill_err_t rill_market_fmt_set_decimals(rill_market_fmt_t *f, const char *symbol
         return RILL_EINVAL;
     }
     size_t len = strnlen(symbol, RILL_MARKET_SYMBOL_MAX + 1);
-    rill_err_t err = rill__tick_check_symbol(symbol, len, f->msg, sizeof f->msg);
+    rill_err_t err = rill_tick_check_symbol(symbol, len, f->msg, sizeof f->msg);
     if (err != RILL_OK) {
         return err;
     }

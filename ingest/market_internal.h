@@ -1,9 +1,7 @@
 /*
- * market_internal.h - what the market files of ingest/ share: the field checks that make the
- * msgpack decoder, the CSV reader and rill_tick_check() agree on every rule and every message.
- *
- * Each check returns RILL_OK or the error code of rill_market.h's table, and on error writes
- * "field 'NAME': reason (got VALUE)" into why[0..cap) (when cap > 0).
+ * market_internal.h - what the market files of ingest/ share: the symbol table of the formatter,
+ * which the governor also reads. The field checks that make the msgpack decoder, the CSV reader
+ * and rill_tick_check() agree on every rule and every message are wire/rill_tick.h's.
  */
 #ifndef RILL_MARKET_INTERNAL_H
 #define RILL_MARKET_INTERNAL_H
@@ -13,27 +11,6 @@
 #include <stdint.h>
 
 #include "rill_market.h"
-
-/* Symbol bytes s[0..len): RILL_ERANGE for a length outside 1..15, RILL_EINVAL for a byte outside
- * [A-Z0-9._/-]. */
-rill_err_t rill__tick_check_symbol(const char *s, size_t len, char *why, size_t cap);
-
-/* ts > 0 (RILL_ERANGE). */
-rill_err_t rill__tick_check_ts(int64_t ts, char *why, size_t cap);
-
-/* 0 < price <= RILL_MARKET_PRICE_MAX and finite (RILL_ERANGE). */
-rill_err_t rill__tick_check_price(double price, char *why, size_t cap);
-
-/* 1 <= size <= RILL_MARKET_SIZE_MAX (RILL_ERANGE). */
-rill_err_t rill__tick_check_size(int64_t size, char *why, size_t cap);
-
-/* Side text s[0..len): "B"/"b", "S"/"s", "" (unknown); anything else RILL_EINVAL. */
-rill_err_t rill__tick_parse_side(const char *s, size_t len, rill_side_t *out, char *why,
-                                 size_t cap);
-
-/* Writes the bytes s[0..len) into buf[0..cap) for a message: printable ASCII as is, other bytes
- * as \xHH, cut with "..." past 24 bytes. Always NUL-terminates when cap > 0. */
-void rill__tick_quote(const char *s, size_t len, char *buf, size_t cap);
 
 /* ---- the symbol table (market_fmt.c), shared with the governor (market_gov.c) ---- */
 

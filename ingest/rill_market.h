@@ -18,13 +18,8 @@
  *                         session can ingest, one bar line per symbol and interval when faster.
  *   rill_market_synth_t   a deterministic synthetic market (benchmarks, demos, tests).
  *
- * A tick (rill_tick_t) is valid when (rill_tick_check):
- *
- *   symbol  1..15 bytes of [A-Z0-9._/-] (upper case), NUL-terminated in the struct
- *   ts_ns   nanoseconds since the Unix epoch, > 0
- *   price   finite, 0 < price <= RILL_MARKET_PRICE_MAX (1e10)
- *   size    1 <= size <= RILL_MARKET_SIZE_MAX (1e12), an integer (shares, contracts, units)
- *   side    RILL_SIDE_BUY, RILL_SIDE_SELL or RILL_SIDE_UNKNOWN (the aggressor, when known)
+ * A tick (rill_tick_t) and the rules that make it valid (rill_tick_check) are wire/rill_tick.h's,
+ * shared with the client, which encodes ticks (rill_tick_encode) without linking this module.
  *
  * Error codes of every input path (msgpack, CSV, a tick handed in directly) are the same:
  *
@@ -54,49 +49,21 @@
 #include <stdint.h>
 
 #include "rill_err.h"
+#include "rill_tick.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define RILL_MARKET_SYMBOL_MAX   15                     /* bytes of a symbol, without the NUL */
-#define RILL_MARKET_PRICE_MAX    1e10                   /* largest price accepted */
-#define RILL_MARKET_SIZE_MAX     INT64_C(1000000000000) /* largest size accepted (1e12) */
-#define RILL_MARKET_DECIMALS_MAX 8                      /* most decimals a price is written with */
+#define RILL_MARKET_DECIMALS_MAX 8   /* most decimals a price is written with */
 #define RILL_MARKET_LINE_MAX     256 /* no line written here is longer (the '\n' included) */
-
-/* The aggressor side of a trade. */
-typedef enum rill_side {
-    RILL_SIDE_UNKNOWN = 0, /* written as '?' */
-    RILL_SIDE_BUY = 1,     /* 'B' */
-    RILL_SIDE_SELL = 2     /* 'S' */
-} rill_side_t;
-
-/* One trade. A plain value; see the top of this file for what makes it valid. */
-typedef struct rill_tick {
-    char symbol[RILL_MARKET_SYMBOL_MAX + 1]; /* NUL-terminated */
-    int64_t ts_ns;                           /* ns since the Unix epoch */
-    double price;
-    int64_t size;
-    rill_side_t side;
-} rill_tick_t;
-
-/* Checks every field of t as described at the top of this file. Returns RILL_OK, or the code of
- * the first bad field (RILL_EINVAL also for t == NULL). When why != NULL and cap > 0, writes a
- * NUL-terminated message ("field 'size': must be >= 1 (got 0)") into why[0..cap). Thread-safe. */
-rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap);
 
 /* ---- msgpack ticks ---------------------------------------------------------------------------
  *
- * Wire form: one record is a msgpack map with string keys
- *
- *   "symbol": str     "ts": int     "price": float32/float64/int     "size": int (no float)
- *   "side": "B"|"S"|"b"|"s"; "", nil or an absent side is RILL_SIDE_UNKNOWN
- *
- * and a buffer holds either one record (a map) or a batch (an array of records, possibly
- * empty). Keys are case-sensitive. Unknown keys are ignored by default, whatever their value
- * (producers may add "venue", "seq"...), unless reject_unknown is set; a known key given twice
- * is RILL_EINVAL (which one would count?).
+ * Wire form: wire/rill_tick.h; a buffer holds either one record (a map) or a batch (an array
+ * of records, possibly empty). Keys are case-sensitive. Unknown keys are ignored by default,
+ * whatever their value (producers may add "venue", "seq"...), unless reject_unknown is set; a
+ * known key given twice is RILL_EINVAL (which one would count?).
  *
  * Before msgpack-c sees a buffer, its structure is checked header by header without decoding a
  * value: every string, binary, extension and container is checked against the bytes that remain
@@ -164,12 +131,7 @@ const char *rill_tick_decoder_last_error(const rill_tick_decoder_t *d);
 /* Counters since creation (zeros for NULL). */
 rill_tick_decoder_stats_t rill_tick_decoder_stats(const rill_tick_decoder_t *d);
 
-/* Encodes ticks[0..n) as msgpack into buf[0..cap): a batch (array of maps) when as_batch, else
- * the one map of ticks[0] (n must be 1). Keys in the order symbol, ts, price (float64), size,
- * side ("B"/"S"; absent when unknown). Returns the bytes written, or RILL_EFULL when cap is too
- * small (buf contents then undefined), RILL_EINVAL for bad arguments or an invalid tick (checked
- * with rill_tick_check). Allocates nothing. For producers, tests and benchmarks. Thread-safe. */
-int64_t rill_tick_encode(const rill_tick_t *ticks, int64_t n, bool as_batch, void *buf, size_t cap);
+/* The encoder of this form, rill_tick_encode, is wire/rill_tick.h's. */
 
 /* ---- CSV ticks -------------------------------------------------------------------------------
  *

@@ -279,7 +279,7 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
     const char *syn = NULL;
     rill_err_t err;
     cell_t s = cells[c->col[C_SYMBOL]];
-    err = rill__tick_check_symbol(s.p, s.n, why, sizeof why);
+    err = rill_tick_check_symbol(s.p, s.n, why, sizeof why);
     if (err != RILL_OK) {
         return fail(c, err, "%s", why);
     }
@@ -291,7 +291,7 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
         return fail(c, err, "field 'ts': %s",
                     err == RILL_EFORMAT ? "must be a decimal integer" : "does not fit 64 bits");
     }
-    err = rill__tick_check_ts(t.ts_ns, why, sizeof why);
+    err = rill_tick_check_ts(t.ts_ns, why, sizeof why);
     if (err != RILL_OK) {
         return fail(c, err, "%s", why);
     }
@@ -300,7 +300,7 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
     if (err != RILL_OK) {
         return fail(c, err, "field 'price': %s", syn);
     }
-    err = rill__tick_check_price(t.price, why, sizeof why);
+    err = rill_tick_check_price(t.price, why, sizeof why);
     if (err != RILL_OK) {
         return fail(c, err, "%s", why);
     }
@@ -310,7 +310,7 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
         return fail(c, err, "field 'size': %s",
                     err == RILL_EFORMAT ? "must be a decimal integer" : "does not fit 64 bits");
     }
-    err = rill__tick_check_size(t.size, why, sizeof why);
+    err = rill_tick_check_size(t.size, why, sizeof why);
     if (err != RILL_OK) {
         return fail(c, err, "%s", why);
     }
@@ -318,7 +318,7 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
     t.side = RILL_SIDE_UNKNOWN;
     if (c->col[C_SIDE] >= 0) {
         cell_t sd = cells[c->col[C_SIDE]];
-        err = rill__tick_parse_side(sd.p, sd.n, &t.side, why, sizeof why);
+        err = rill_tick_parse_side(sd.p, sd.n, &t.side, why, sizeof why);
         if (err != RILL_OK) {
             return fail(c, err, "%s", why);
         }

@@ -241,7 +241,7 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
         if (f < 0) {
             if (d->params.reject_unknown) {
                 char q[128];
-                rill__tick_quote(k->via.str.ptr, k->via.str.size, q, sizeof q);
+                rill_tick_quote(k->via.str.ptr, k->via.str.size, q, sizeof q);
                 set_msg(d, rec, SIZE_MAX, "unknown key '%s'", q);
                 return RILL_EINVAL;
             }
@@ -257,7 +257,7 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             if (v->type != MSGPACK_OBJECT_STR) {
                 return wrong_type(d, rec, f, "a str", v->type);
             }
-            err = rill__tick_check_symbol(v->via.str.ptr, v->via.str.size, why, sizeof why);
+            err = rill_tick_check_symbol(v->via.str.ptr, v->via.str.size, why, sizeof why);
             if (err != RILL_OK) {
                 return failed(d, rec, err, why);
             }
@@ -267,7 +267,7 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
         case F_TS:
             err = int_field(d, rec, f, v, &t->ts_ns);
             if (err == RILL_OK) {
-                err = rill__tick_check_ts(t->ts_ns, why, sizeof why);
+                err = rill_tick_check_ts(t->ts_ns, why, sizeof why);
                 if (err != RILL_OK) {
                     return failed(d, rec, err, why);
                 }
@@ -286,7 +286,7 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             } else {
                 return wrong_type(d, rec, f, "a float or an integer", v->type);
             }
-            err = rill__tick_check_price(t->price, why, sizeof why);
+            err = rill_tick_check_price(t->price, why, sizeof why);
             if (err != RILL_OK) {
                 return failed(d, rec, err, why);
             }
@@ -294,7 +294,7 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
         case F_SIZE:
             err = int_field(d, rec, f, v, &t->size);
             if (err == RILL_OK) {
-                err = rill__tick_check_size(t->size, why, sizeof why);
+                err = rill_tick_check_size(t->size, why, sizeof why);
                 if (err != RILL_OK) {
                     return failed(d, rec, err, why);
                 }
@@ -307,8 +307,8 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             if (v->type == MSGPACK_OBJECT_NIL) {
                 t->side = RILL_SIDE_UNKNOWN;
             } else if (v->type == MSGPACK_OBJECT_STR) {
-                err = rill__tick_parse_side(v->via.str.ptr, v->via.str.size, &t->side, why,
-                                            sizeof why);
+                err = rill_tick_parse_side(v->via.str.ptr, v->via.str.size, &t->side, why,
+                                           sizeof why);
                 if (err != RILL_OK) {
                     return failed(d, rec, err, why);
                 }
@@ -413,59 +413,4 @@ int64_t rill_tick_decode(rill_tick_decoder_t *d, const void *data, size_t len, r
     d->stats.ticks += n_out;
     msgpack_zone_clear(&d->zone); /* give back chunks beyond the first now, not next call */
     return n_out;
-}
-
-/* ---- encoding ------------------------------------------------------------------------------- */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t cap, len;
-} wbuf_t;
-
-static int wbuf_write(void *data, const char *buf, size_t len) {
-    wbuf_t *w = data;
-    if (len > w->cap - w->len) {
-        return -1;
-    }
-    memcpy(w->p + w->len, buf, len);
-    w->len += len;
-    return 0;
-}
-
-static int pack_key(msgpack_packer *pk, const char *k) {
-    return msgpack_pack_str_with_body(pk, k, strlen(k));
-}
-
-int64_t rill_tick_encode(const rill_tick_t *ticks, int64_t n, bool as_batch, void *buf,
-                         size_t cap) {
-    if (ticks == NULL || buf == NULL || n < 0 || (!as_batch && n != 1) || n > UINT32_MAX) {
-        return RILL_EINVAL;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        if (rill_tick_check(&ticks[i], NULL, 0) != RILL_OK) {
-            return RILL_EINVAL;
-        }
-    }
-    wbuf_t w = { .p = buf, .cap = cap, .len = 0 };
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &w, wbuf_write);
-    int bad = as_batch ? msgpack_pack_array(&pk, (size_t)n) : 0;
-    for (int64_t i = 0; i < n && bad == 0; i++) {
-        const rill_tick_t *t = &ticks[i];
-        bool side = t->side != RILL_SIDE_UNKNOWN;
-        bad |= msgpack_pack_map(&pk, side ? 5 : 4);
-        bad |= pack_key(&pk, "symbol");
-        bad |= pack_key(&pk, t->symbol);
-        bad |= pack_key(&pk, "ts");
-        bad |= msgpack_pack_int64(&pk, t->ts_ns);
-        bad |= pack_key(&pk, "price");
-        bad |= msgpack_pack_double(&pk, t->price);
-        bad |= pack_key(&pk, "size");
-        bad |= msgpack_pack_int64(&pk, t->size);
-        if (side) {
-            bad |= pack_key(&pk, "side");
-            bad |= pack_key(&pk, t->side == RILL_SIDE_BUY ? "B" : "S");
-        }
-    }
-    return bad != 0 ? RILL_EFULL : (int64_t)w.len;
 }

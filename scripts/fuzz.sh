@@ -5,7 +5,7 @@
 # fuzzes for SECONDS (default 60). TARGET is one of
 #   gguf     fuzz/fuzz_gguf.c     the GGUF reader and model loader (the default)
 #   ticks    fuzz/fuzz_ticks.c    market ticks (msgpack, CSV), the rate governor, the text cleaner
-#   request  fuzz/fuzz_request.c  rilld's request decoder (server/proto.c)
+#   request  fuzz/fuzz_request.c  rilld's request decoder (wire/proto.c)
 # (the fuzz_ prefix may be given too). New inputs go to fuzz/corpus-run/TARGET (not checked in);
 # the seeds and regressions in fuzz/corpus/TARGET are read as well. Crashes are written to
 # BUILD/crashes/TARGET/: copy each one into fuzz/corpus/TARGET/ as a regression once it is fixed.

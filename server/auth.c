@@ -17,6 +17,7 @@
 #include <zmq.h>
 
 #include "rill_alloc.h"
+#include "rill_curve.h"
 #include "server_internal.h"
 
 #define MAX_CLIENTS 1024
@@ -31,32 +32,6 @@ struct srv_auth {
     atomic_bool stop;
     int64_t admitted, refused;
 };
-
-int srv_read_key(const char *path, char out[41]) {
-    FILE *f = fopen(path, "r");
-    if (f == NULL) {
-        return -1;
-    }
-    char buf[128];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    size_t a = 0;
-    while (a < n && (buf[a] == ' ' || buf[a] == '\n' || buf[a] == '\r' || buf[a] == '\t')) {
-        a++;
-    }
-    size_t b = a;
-    while (b < n && buf[b] > ' ') {
-        b++;
-    }
-    if (b - a != 40) {
-        return -1;
-    }
-    memcpy(out, buf + a, 40);
-    out[40] = '\0';
-    uint8_t raw[32];
-    return zmq_z85_decode(raw, out) != NULL ? 0 : -1;
-}
 
 static void send_str(void *sock, const char *s, bool more) {
     zmq_send(sock, s, strlen(s), more ? ZMQ_SNDMORE : 0);
@@ -125,8 +100,9 @@ int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/server.key", dir);
-    if (srv_read_key(path, a->secret) != 0) {
-        snprintf(msg, cap, "%s: no Z85 secret key (rill keygen writes one)", path);
+    char why[4600];
+    if (rill_curve_key_read(path, a->secret, NULL, why, sizeof why) != RILL_OK) {
+        snprintf(msg, cap, "%s (the server's secret key; rill keygen writes one)", why);
         rill_free(a);
         return -1;
     }
@@ -138,15 +114,15 @@ int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size
         if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0 || a->n_clients == MAX_CLIENTS) {
             continue;
         }
-        char kp[4400], z[41];
+        char kp[4400];
         snprintf(kp, sizeof kp, "%s/%s", path, e->d_name);
-        if (srv_read_key(kp, z) != 0) {
-            snprintf(msg, cap, "%s: not a Z85 public key", kp);
+        if (rill_curve_key_read(kp, NULL, a->clients[a->n_clients], why, sizeof why) != RILL_OK) {
+            snprintf(msg, cap, "%s (a client's public key)", why);
             closedir(d);
             rill_free(a);
             return -1;
         }
-        zmq_z85_decode(a->clients[a->n_clients++], z);
+        a->n_clients++;
     }
     if (d != NULL) {
         closedir(d);

@@ -33,9 +33,11 @@
 #include "rill_log.h"
 #include "rill_market.h"
 #include "rill_model.h"
+#include "rill_msgpack.h"
 #include "rill_proto.h"
 #include "rill_scheduler.h"
 #include "rill_tokenizer.h"
+#include "rill_utf8.h"
 #include "server_internal.h"
 
 #define MAX_TICKS 4096
@@ -162,15 +164,14 @@ rill_server_params_t rill_server_default_params(void) {
 
 /* ---- msgpack output ---------------------------------------------------------------------- */
 
+/* Every str rilld sends goes through these two, so it is valid UTF-8 whatever bytes a client
+ * sent (docs/protocol.md): rill_msgpack_pack_str escapes what is not. */
 static void pk_str(msgpack_packer *pk, const char *s) {
-    size_t n = strlen(s);
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
+    rill_msgpack_pack_str(pk, s, strlen(s));
 }
 
 static void pk_strn(msgpack_packer *pk, const char *s, size_t n) {
-    msgpack_pack_str(pk, n);
-    msgpack_pack_str_body(pk, s, n);
+    rill_msgpack_pack_str(pk, s, n);
 }
 
 static void pk_kv_int(msgpack_packer *pk, const char *k, int64_t v) {
@@ -495,7 +496,9 @@ static void on_token_ev(srv_t *s, pend_t *p, int32_t token) {
     size_t end = answer_end(p);
     if (end != SIZE_MAX) {
         /* the answer ended with this piece: the engine need not decode the rest (the doc's
-           "stopping at ... a newline pair"); publish what of the piece is still answer */
+           "stopping at ... a newline pair"); publish what of the piece is still answer. The
+           stream detokenizer hands out whole characters only and the end is an ASCII byte, so
+           the part published is whole characters too. */
         p->cut = true;
         rill_sched_cancel(s->sch, p->rid);
         n = end > before ? (int64_t)(end - before < (size_t)n ? end - before : (size_t)n) : 0;
@@ -913,7 +916,8 @@ static rill_err_t submit_query(srv_t *s, pend_t *p, const rill_proto_str_t *q, i
         p->qlen = q->len;
     }
     p->n_max = n_max;
-    snprintf(p->question, sizeof p->question, "%.*s", (int)q->len, q->p);
+    snprintf(p->question, sizeof p->question, "%.*s",
+             (int)rill_utf8_cut(q->p, q->len, sizeof p->question - 1), q->p);
     rill_tokenizer_stream_init(&p->stream, 0);
     rill_sched_ask_t a = { .question = ids,
                            .n_question = (int32_t)n,

@@ -477,8 +477,10 @@ enum {
     FAKE_LIST,
     FAKE_TWO_FRAMES,
     FAKE_ERROR_STATUS,
-    FAKE_ASK,        /* streams the question's tokens among another's, the answer event late */
-    FAKE_ASK_SILENT, /* replies to an ask without any event */
+    FAKE_ASK,           /* streams the question's tokens among another's, the answer event late */
+    FAKE_ASK_SILENT,    /* replies to an ask without any event */
+    FAKE_BAD_UTF8,      /* an error reply whose message is not UTF-8 */
+    FAKE_BAD_UTF8_LIST, /* a session list with a name that is not UTF-8 */
 };
 
 typedef struct fake {
@@ -514,6 +516,8 @@ static uint64_t request_id(const void *data, size_t len) {
     return id;
 }
 
+static const char *g_message = "the fake says no"; /* of error replies */
+
 /* {v, id, status, message, result} with the given pieces. */
 static void reply(msgpack_sbuffer *sb, uint64_t v, uint64_t id, const char *status, bool result,
                   bool dup) {
@@ -532,7 +536,7 @@ static void reply(msgpack_sbuffer *sb, uint64_t v, uint64_t id, const char *stat
     pk_s(&pk, "status");
     pk_s(&pk, status);
     pk_s(&pk, "message");
-    pk_s(&pk, strcmp(status, "OK") == 0 ? "" : "the fake says no");
+    pk_s(&pk, strcmp(status, "OK") == 0 ? "" : g_message);
     if (result) {
         pk_s(&pk, "result");
         msgpack_pack_nil(&pk);
@@ -684,7 +688,13 @@ static void *fake_main(void *arg) {
         case FAKE_ERROR_STATUS:
             reply(&sb, 1, id, "EBUSY", true, false);
             break;
+        case FAKE_BAD_UTF8:
+            g_message = "no: unknown command 'ingest.t\xbbxt'";
+            reply(&sb, 1, id, "EINVAL", true, false);
+            g_message = "the fake says no";
+            break;
         case FAKE_EMPTY_STATS:
+        case FAKE_BAD_UTF8_LIST:
         case FAKE_LIST: {
             msgpack_packer pk;
             msgpack_sbuffer_clear(&sb);
@@ -699,10 +709,10 @@ static void *fake_main(void *arg) {
             pk_s(&pk, "message");
             pk_s(&pk, "");
             pk_s(&pk, "result");
-            if (atomic_load(&f->mode) == FAKE_LIST) {
+            if (atomic_load(&f->mode) != FAKE_EMPTY_STATS) {
                 msgpack_pack_array(&pk, 2);
                 pk_s(&pk, "a");
-                pk_s(&pk, "b");
+                pk_s(&pk, atomic_load(&f->mode) == FAKE_LIST ? "b" : "b\xed\xa0\x80");
             } else {
                 msgpack_pack_map(&pk, 1);
                 pk_s(&pk, "version");
@@ -785,6 +795,13 @@ START_TEST(hostile_replies) {
     CK_ERR(c, rill_client_session_list(c, &names, &n), RILL_EINTERNAL, "EWHAT");
     atomic_store(&f.mode, FAKE_ERROR_STATUS);
     CK_ERR(c, rill_client_session_list(c, &names, &n), RILL_EBUSY, "the fake says no");
+    /* a str that is not UTF-8, in the message or in the result: the reply is malformed */
+    int64_t bad_utf8 = rill_client_stats(c).bad_replies;
+    atomic_store(&f.mode, FAKE_BAD_UTF8);
+    CK_ERR(c, rill_client_session_list(c, &names, &n), RILL_EFORMAT, "not valid UTF-8");
+    atomic_store(&f.mode, FAKE_BAD_UTF8_LIST);
+    CK_ERR(c, rill_client_session_list(c, &names, &n), RILL_EFORMAT, "not valid UTF-8");
+    ck_assert_int_eq(rill_client_stats(c).bad_replies, bad_utf8 + 2);
     atomic_store(&f.mode, FAKE_NO_RESULT);
     CK_ERR(c, rill_client_session_list(c, &names, &n), RILL_EFORMAT, "result");
     atomic_store(&f.mode, FAKE_DUP_KEY);
@@ -857,8 +874,8 @@ static void pub(void *xpub, const char *topic, const void *data, size_t len) {
     zmq_send(xpub, data, len, 0);
 }
 
-static void pub_event(void *xpub, msgpack_sbuffer *sb, const char *topic, const char *session,
-                      const char *kind, uint64_t seq, bool full) {
+static void pub_event_q(void *xpub, msgpack_sbuffer *sb, const char *topic, const char *session,
+                        const char *kind, uint64_t seq, bool full, const char *question) {
     msgpack_packer pk;
     msgpack_sbuffer_clear(sb);
     msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
@@ -875,7 +892,7 @@ static void pub_event(void *xpub, msgpack_sbuffer *sb, const char *topic, const 
         pk_s(&pk, "qid");
         msgpack_pack_uint64(&pk, 7);
         pk_s(&pk, "question");
-        pk_s(&pk, "q?");
+        pk_s(&pk, question);
         pk_s(&pk, "answer");
         pk_s(&pk, "a!");
         pk_s(&pk, "version");
@@ -888,6 +905,11 @@ static void pub_event(void *xpub, msgpack_sbuffer *sb, const char *topic, const 
         msgpack_pack_int64(&pk, 4);
     }
     pub(xpub, topic, sb->data, sb->size);
+}
+
+static void pub_event(void *xpub, msgpack_sbuffer *sb, const char *topic, const char *session,
+                      const char *kind, uint64_t seq, bool full) {
+    pub_event_q(xpub, sb, topic, session, kind, seq, full, "q?");
 }
 
 START_TEST(hostile_events_and_gaps) {
@@ -917,6 +939,7 @@ START_TEST(hostile_events_and_gaps) {
     pub(xpub, "s1/standing", "\xdd\xff\xff\xff\xff", 5);             /* hostile count */
     pub_event(xpub, &sb, "s1/standing", "s2", "standing", 1, true);  /* topic mismatch */
     pub_event(xpub, &sb, "s1/standing", "s1", "standing", 1, false); /* fields missing */
+    pub_event_q(xpub, &sb, "s1/standing", "s1", "standing", 1, true, "q\xc0\xaf"); /* not UTF-8 */
     pub_event(xpub, &sb, "s1/standing", "s1", "standing", 1, true);
     pub_event(xpub, &sb, "s1/standing", "s1", "standing", 2, true);
     pub_event(xpub, &sb, "s1/other", "s1", "other", 1, false); /* unknown kind: common fields */
@@ -935,7 +958,7 @@ START_TEST(hostile_events_and_gaps) {
     ck_assert_int_eq(ev.version, 3);
     ck_assert_int_eq(ev.data_version, 4);
     ck_assert(ev.compute_ms == 1.5 && ev.age_ms == 0.5);
-    ck_assert_int_eq(rill_client_stats(c).bad_events, 4);
+    ck_assert_int_eq(rill_client_stats(c).bad_events, 5);
     CK_OK(c, rill_client_next_event(c, 2000, &ev));
     ck_assert_uint_eq(ev.seq, 2);
     ck_assert_int_eq(ev.missed, 0);

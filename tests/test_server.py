@@ -43,6 +43,12 @@ results = []
 CTX = None
 
 
+def strict_unpack(payload):
+    """Decodes a reply or an event as a strict msgpack reader does: every str must be valid
+    UTF-8 (docs/protocol.md: rilld escapes what is not), or this raises UnicodeDecodeError."""
+    return msgpack.unpackb(payload, raw=False, unicode_errors="strict")
+
+
 def check(name, fn):
     try:
         fn()
@@ -174,7 +180,7 @@ class Client:
             raise TimeoutError("no reply")
         frames = self.sock.recv_multipart()
         assert len(frames) in (1, 2) and (len(frames) == 1 or frames[0] == b""), frames
-        r = msgpack.unpackb(frames[-1])
+        r = strict_unpack(frames[-1])
         assert set(r) == {"v", "id", "status", "message", "result"} and r["v"] == 1, r
         return r
 
@@ -228,8 +234,8 @@ class Sub:
             if not self.sock.poll(max(0, int(left * 1000))):
                 return self.events
             topic, payload = self.sock.recv_multipart()
-            e = msgpack.unpackb(payload)
-            self.events.append((topic.decode(), e))
+            e = strict_unpack(payload)
+            self.events.append((topic.decode("utf-8"), e))
 
     def of(self, topic):
         return [e for t, e in self.events if t == topic]
@@ -428,7 +434,7 @@ def t_commands():
         assert c.sock.poll(10000)
         frames = c.sock.recv_multipart()
         assert len(frames) == 2 and frames[0] == b"", frames
-        assert msgpack.unpackb(frames[1])["status"] == "OK"
+        assert strict_unpack(frames[1])["status"] == "OK"
         assert d.stop() == 0, d.log()
 
 
@@ -436,7 +442,13 @@ def t_commands():
 
 def p_str(s):
     b = s.encode() if isinstance(s, str) else s
-    return (bytes([0xA0 | len(b)]) if len(b) < 32 else b"\xd9" + bytes([len(b)])) + b
+    if len(b) < 32:
+        return bytes([0xA0 | len(b)]) + b
+    return (b"\xd9" + bytes([len(b)]) if len(b) < 256 else b"\xda" + struct.pack(">H", len(b))) + b
+
+
+def p_uint(n):
+    return bytes([n]) if n < 128 else b"\xcf" + struct.pack(">Q", n)
 
 
 def p_map(pairs):
@@ -478,6 +490,31 @@ def right_type(field, w):
         return w[0] & 0xF0 == 0x90
     # window, sinks, max_tokens, qid: positive integers (only qid has no upper bound)
     return w == b"\x05" or (field == "qid" and w[0] == 0xCF)
+
+
+# byte strings that are not UTF-8, one of each kind: a stray continuation byte, overlong
+# encodings, surrogates, code points above U+10FFFF, bytes that never occur, sequences cut
+# short (at the end, and by a byte that cannot continue them)
+BAD_UTF8 = [b"\x80", b"\xbb", b"\xc0\xaf", b"\xc1\xbf", b"\xe0\x80\xaf", b"\xf0\x80\x80\xaf",
+            b"\xed\xa0\x80", b"\xed\xbf\xbf", b"\xf4\x90\x80\x80", b"\xf5\x80\x80\x80", b"\xfe",
+            b"\xff", b"\xe2\x82", b"\xf0\x9f\x98", b"\xe2\x82A", b"\xc3("]
+
+
+def escaped(b):
+    """What rilld sends for the bytes b: each byte of an invalid sequence as \\xNN."""
+    out, i = [], 0
+    while i < len(b):
+        for n in (4, 3, 2, 1):
+            try:
+                out.append(b[i:i + n].decode("utf-8"))
+                i += n
+                break
+            except UnicodeDecodeError:
+                continue
+        else:
+            out.append("\\x%02x" % b[i])
+            i += 1
+    return "".join(out)
 
 
 def envelope(cmd, args, rid=5):
@@ -549,6 +586,18 @@ def barrage():
     out.append(([b"junk", b"more junk"], True))  # two frames
     out.append(([b"a", b"b", b"c", envelope("server.stats", [])], True))  # four
     out.append(([b"", envelope("server.stats", []), b"tail"], True))
+    # bytes that are not UTF-8 where rilld echoes request bytes (the command name, an argument
+    # name) or checks them (session names, envelope keys): every reply must still be UTF-8
+    for bad in BAD_UTF8:
+        out.append(([envelope(b"ingest.t" + bad + b"xt", [])], True))
+        out.append(([envelope(bad, [])], True))
+        for cmd, args in VALID:
+            out.append(([envelope(cmd, args + [(b"ar" + bad + b"g", b"\x01")])], True))
+            if any(k == "session" for k, _ in args):
+                a = [(k, p_str(b"m" + bad) if k == "session" else v) for k, v in args]
+                out.append(([envelope(cmd, a)], True))
+        out.append(([p_map([("v", b"\x01"), ("id", b"\x06"), (b"c" + bad + b"md",
+                                                             p_str("server.stats"))])], True))
     return out
 
 
@@ -613,7 +662,65 @@ def t_malformed():
             (before, after)
         assert "42" in after["answer"], after
         assert c.call("session.list") == ["m"]  # nothing created by the junk
+
+        # echoed bytes that are not UTF-8 are escaped, cut at a character's boundary
+        for bad in BAD_UTF8:
+            raw.raw(envelope(b"ingest.t" + bad + b"xt", []))
+            r = raw.recv(30)
+            assert r["message"] == "unknown command '%s'" % escaped(b"ingest.t" + bad + b"xt"), r
+        raw.raw(envelope(b"x" * 39 + "\u00e9".encode(), []))  # the 40-byte cut inside the é
+        assert raw.recv(30)["message"] == "unknown command '%s'" % ("x" * 39)
+        raw.raw(envelope("ask", [("session", p_str("m")), ("qu\u00e9stion", p_str("q"))]))
+        assert raw.recv(30)["message"] == "ask takes no argument 'qu\u00e9stion'"  # valid: as is
+        hostile_strings(d, raw)
         assert d.stop() == 0, d.log()
+
+
+def hostile_strings(d, raw):
+    """Requests that rilld accepts, with bytes that are not UTF-8 in every string argument:
+    each reply and event must decode strictly, and the questions it echoes come back
+    escaped."""
+    sub = Sub(d, "u/")
+    time.sleep(0.3)  # the subscription reaches rilld
+
+    def req(cmd, args):
+        raw.raw(envelope(cmd, args))
+        r = raw.recv(60)
+        assert r["status"] == "OK" and r["message"] == "", (cmd, args, r)
+        return r["result"]
+
+    junk = b"".join(BAD_UTF8)
+    req("session.create", [("session", p_str("u")), ("window", b"\x00"),
+                           ("system", p_str(b"sys " + junk))])
+    for bad in BAD_UTF8:
+        req("ingest.text", [("session", p_str("u")), ("text", p_str(b"t" + bad + b"\n"))])
+    tick = [("ts", b"\x01"), ("price", b"\x02"), ("size", b"\x03")]
+    ticks = [p_map([("symbol", p_str(b"AA" + bad))] + tick) for bad in BAD_UTF8]
+    ticks.append(p_map([("symbol", p_str("AAPL")), ("side", p_str(b"\xe2\x82"))] + tick))
+    ticks.append(p_map([("symbol", p_str("AAPL")), (b"ven\xffue", p_str(b"\xff"))] + tick))
+    st = req("ingest.ticks", [("session", p_str("u")),
+                              ("ticks", b"\xdc" + struct.pack(">H", len(ticks)) + b"".join(ticks))])
+    assert (st["accepted"], st["rejected"]) == (1, len(BAD_UTF8) + 1), st
+    a = req("ask", [("session", p_str("u")), ("question", p_str(b"why " + junk + b"?")),
+                    ("max_tokens", b"\x02")])
+    assert isinstance(a["answer"], str), a
+    q1 = b"what " + junk + b" now?"
+    q2 = b"a" * 510 + "\u00e9".encode()  # the 511-byte display cut inside the é
+    qid1 = req("standing.register", [("session", p_str("u")), ("question", p_str(q1)),
+                                     ("max_tokens", b"\x02")])["qid"]
+    qid2 = req("standing.register", [("session", p_str("u")), ("question", p_str(q2)),
+                                     ("max_tokens", b"\x02")])["qid"]
+    listed = {x["qid"]: x["question"] for x in req("standing.list", [("session", p_str("u"))])}
+    assert listed == {qid1: escaped(q1), qid2: "a" * 510}, listed
+    req("ingest.text", [("session", p_str("u")), ("text", p_str(b"more\n")), ("flush", b"\xc3")])
+    sub.drain(120, until=lambda evs: {e["qid"] for t, e in evs if t == "u/standing"} >= {qid1})
+    got = {e["qid"]: e["question"] for e in sub.of("u/standing")}
+    assert got.get(qid1) == escaped(q1), (got, sub.events)
+    assert any(t == "u/answer" for t, _ in sub.events), sub.events
+    for qid in (qid1, qid2):
+        req("standing.unregister", [("session", p_str("u")), ("qid", p_uint(qid))])
+    req("session.close", [("session", p_str("u"))])
+    sub.close()
 
 
 # ---- 3. CURVE ----------------------------------------------------------------------------------

@@ -8,11 +8,18 @@
  * binary and extension length and every container count is checked against the bytes that
  * remain, nesting against a depth limit, and there must be exactly one value with no trailing
  * byte. It decodes nothing and allocates nothing; after it passes, msgpack-c's allocations are
- * bounded by about 24 bytes per input byte. Thread-safe (pure).
+ * bounded by about 24 bytes per input byte. rill_msgpack_check_utf8 also holds every str to
+ * valid UTF-8, as strict msgpack readers do.
+ *
+ * The other way, rill_msgpack_pack_str packs a str that is valid UTF-8 whatever bytes it is
+ * given (rill_utf8.h's escape): every string rilld sends goes through it (docs/protocol.md).
+ *
+ * Thread safety: the checks are pure; rill_msgpack_pack_str uses the packer it is given.
  */
 #ifndef RILL_MSGPACK_H
 #define RILL_MSGPACK_H
 
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +53,20 @@ typedef struct rill_msgpack_shape {
  * trailing bytes, too deep, the reserved byte 0xc1, empty), RILL_EINVAL (bad arguments). */
 rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
                               rill_msgpack_shape_t *shape, char *msg, size_t msglen);
+
+/* As rill_msgpack_check, and every str (map keys too) must be valid UTF-8 (rill_utf8.h): one
+ * that is not is RILL_EFORMAT, with shape->at the offset of the str's header and a message
+ * naming the first bad byte's offset. For what comes from rilld, which promises UTF-8. */
+rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
+                                   rill_msgpack_shape_t *shape, char *msg, size_t msglen);
+
+/* Packs s[0, len) as one msgpack str that is valid UTF-8: s itself when it is valid, else its
+ * escaped form (rill_utf8.h: each byte of what is not valid as the four characters \xNN).
+ * s may be NULL when len is 0. Returns 0, or nonzero when the packer's writer failed (out of
+ * memory for an sbuffer; the packer's output then ends inside the str) or for pk NULL, s NULL
+ * with len > 0, or a str longer than msgpack allows (2^32 - 1 bytes, escaped). Allocates
+ * nothing itself. */
+int rill_msgpack_pack_str(msgpack_packer *pk, const char *s, size_t len);
 
 #ifdef __cplusplus
 }

@@ -1,15 +1,17 @@
 /*
- * tick.c - the rules of a valid tick, in one place.
+ * tick.c - the rules of a valid tick, in one place, and its msgpack encoding (contract:
+ * rill_tick.h).
  *
- * The msgpack decoder, the CSV reader and the formatter all call these checks, so a tick is
- * valid or not (and refused with the same code and message) whatever path it took. Ranges are
- * finite on purpose: prices and sizes must fit the integer arithmetic of the formatter (price *
- * 10^8 < 2^63) and volumes must take many ticks before saturating.
+ * The msgpack decoder, the CSV reader and the formatter of ingest/ and the client's encoder all
+ * call these checks, so a tick is valid or not (and refused with the same code and message)
+ * whatever path it took. The encoder writes into the caller's buffer through a packer whose
+ * writer refuses to pass its end, so it allocates nothing and a short buffer is RILL_EFULL.
  */
+#include <msgpack.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "market_internal.h"
+#include "rill_tick.h"
 
 static void put(char *why, size_t cap, const char *msg) {
     if (why != NULL && cap > 0) {
@@ -17,7 +19,7 @@ static void put(char *why, size_t cap, const char *msg) {
     }
 }
 
-void rill__tick_quote(const char *s, size_t len, char *buf, size_t cap) {
+void rill_tick_quote(const char *s, size_t len, char *buf, size_t cap) {
     if (buf == NULL || cap == 0) {
         return;
     }
@@ -51,11 +53,11 @@ static bool symbol_byte(unsigned char c) {
            c == '-';
 }
 
-rill_err_t rill__tick_check_symbol(const char *s, size_t len, char *why, size_t cap) {
+rill_err_t rill_tick_check_symbol(const char *s, size_t len, char *why, size_t cap) {
     char q[128];
     if (len == 0 || len > RILL_MARKET_SYMBOL_MAX) {
         if (why != NULL && cap > 0) {
-            rill__tick_quote(s, len, q, sizeof q);
+            rill_tick_quote(s, len, q, sizeof q);
             snprintf(why, cap, "field 'symbol': must be 1..%d bytes (got %zu: '%s')",
                      RILL_MARKET_SYMBOL_MAX, len, q);
         }
@@ -64,7 +66,7 @@ rill_err_t rill__tick_check_symbol(const char *s, size_t len, char *why, size_t 
     for (size_t i = 0; i < len; i++) {
         if (!symbol_byte((unsigned char)s[i])) {
             if (why != NULL && cap > 0) {
-                rill__tick_quote(s, len, q, sizeof q);
+                rill_tick_quote(s, len, q, sizeof q);
                 snprintf(why, cap, "field 'symbol': byte %zu is not one of A-Z 0-9 . _ / - ('%s')",
                          i, q);
             }
@@ -74,7 +76,7 @@ rill_err_t rill__tick_check_symbol(const char *s, size_t len, char *why, size_t 
     return RILL_OK;
 }
 
-rill_err_t rill__tick_check_ts(int64_t ts, char *why, size_t cap) {
+rill_err_t rill_tick_check_ts(int64_t ts, char *why, size_t cap) {
     if (ts <= 0) {
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'ts': must be > 0 ns since the epoch (got %lld)",
@@ -85,7 +87,7 @@ rill_err_t rill__tick_check_ts(int64_t ts, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill__tick_check_price(double price, char *why, size_t cap) {
+rill_err_t rill_tick_check_price(double price, char *why, size_t cap) {
     if (!(price > 0.0 && price <= RILL_MARKET_PRICE_MAX)) { /* NaN fails too */
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'price': must be > 0, finite and <= %g (got %g)",
@@ -96,7 +98,7 @@ rill_err_t rill__tick_check_price(double price, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill__tick_check_size(int64_t size, char *why, size_t cap) {
+rill_err_t rill_tick_check_size(int64_t size, char *why, size_t cap) {
     if (size < 1 || size > RILL_MARKET_SIZE_MAX) {
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'size': must be 1..%lld (got %lld)",
@@ -107,8 +109,8 @@ rill_err_t rill__tick_check_size(int64_t size, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill__tick_parse_side(const char *s, size_t len, rill_side_t *out, char *why,
-                                 size_t cap) {
+rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out, char *why,
+                                size_t cap) {
     if (len == 0) {
         *out = RILL_SIDE_UNKNOWN;
         return RILL_OK;
@@ -123,7 +125,7 @@ rill_err_t rill__tick_parse_side(const char *s, size_t len, rill_side_t *out, ch
     }
     if (why != NULL && cap > 0) {
         char q[128];
-        rill__tick_quote(s, len, q, sizeof q);
+        rill_tick_quote(s, len, q, sizeof q);
         snprintf(why, cap, "field 'side': must be B, S, b, s or empty (got '%s')", q);
     }
     return RILL_EINVAL;
@@ -136,15 +138,15 @@ rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap) {
     }
     const char *nul = memchr(t->symbol, '\0', sizeof t->symbol);
     size_t len = nul != NULL ? (size_t)(nul - t->symbol) : sizeof t->symbol;
-    rill_err_t err = rill__tick_check_symbol(t->symbol, len, why, cap);
+    rill_err_t err = rill_tick_check_symbol(t->symbol, len, why, cap);
     if (err == RILL_OK) {
-        err = rill__tick_check_ts(t->ts_ns, why, cap);
+        err = rill_tick_check_ts(t->ts_ns, why, cap);
     }
     if (err == RILL_OK) {
-        err = rill__tick_check_price(t->price, why, cap);
+        err = rill_tick_check_price(t->price, why, cap);
     }
     if (err == RILL_OK) {
-        err = rill__tick_check_size(t->size, why, cap);
+        err = rill_tick_check_size(t->size, why, cap);
     }
     if (err == RILL_OK && t->side != RILL_SIDE_UNKNOWN && t->side != RILL_SIDE_BUY &&
         t->side != RILL_SIDE_SELL) {
@@ -158,4 +160,59 @@ rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap) {
         put(why, cap, "");
     }
     return err;
+}
+
+/* ---- encoding ------------------------------------------------------------------------------- */
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t cap, len;
+} wbuf_t;
+
+static int wbuf_write(void *data, const char *buf, size_t len) {
+    wbuf_t *w = data;
+    if (len > w->cap - w->len) {
+        return -1;
+    }
+    memcpy(w->p + w->len, buf, len);
+    w->len += len;
+    return 0;
+}
+
+static int pack_key(msgpack_packer *pk, const char *k) {
+    return msgpack_pack_str_with_body(pk, k, strlen(k));
+}
+
+int64_t rill_tick_encode(const rill_tick_t *ticks, int64_t n, bool as_batch, void *buf,
+                         size_t cap) {
+    if (ticks == NULL || buf == NULL || n < 0 || (!as_batch && n != 1) || n > UINT32_MAX) {
+        return RILL_EINVAL;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        if (rill_tick_check(&ticks[i], NULL, 0) != RILL_OK) {
+            return RILL_EINVAL;
+        }
+    }
+    wbuf_t w = { .p = buf, .cap = cap, .len = 0 };
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &w, wbuf_write);
+    int bad = as_batch ? msgpack_pack_array(&pk, (size_t)n) : 0;
+    for (int64_t i = 0; i < n && bad == 0; i++) {
+        const rill_tick_t *t = &ticks[i];
+        bool side = t->side != RILL_SIDE_UNKNOWN;
+        bad |= msgpack_pack_map(&pk, side ? 5 : 4);
+        bad |= pack_key(&pk, "symbol");
+        bad |= pack_key(&pk, t->symbol);
+        bad |= pack_key(&pk, "ts");
+        bad |= msgpack_pack_int64(&pk, t->ts_ns);
+        bad |= pack_key(&pk, "price");
+        bad |= msgpack_pack_double(&pk, t->price);
+        bad |= pack_key(&pk, "size");
+        bad |= msgpack_pack_int64(&pk, t->size);
+        if (side) {
+            bad |= pack_key(&pk, "side");
+            bad |= pack_key(&pk, t->side == RILL_SIDE_BUY ? "B" : "S");
+        }
+    }
+    return bad != 0 ? RILL_EFULL : (int64_t)w.len;
 }

@@ -81,9 +81,11 @@ typedef struct rill_proto_req {
 
 typedef struct rill_proto_dec rill_proto_dec_t;
 
-/* Creates a decoder for frames of at most max_bytes. Caller owns *out; destroy with
- * rill_proto_dec_destroy(). Errors: RILL_EINVAL, RILL_ENOMEM. */
+/* Creates a decoder for frames of at most max_bytes (>= 16). Its handle is charged to
+ * RILL_MEM_SERVER (rilld is its user); msgpack-c's zone comes from libc. Caller owns *out;
+ * destroy with rill_proto_dec_destroy(). Errors: RILL_EINVAL, RILL_ENOMEM (*out NULL). */
 rill_err_t rill_proto_dec_new(size_t max_bytes, rill_proto_dec_t **out);
+/* Destroys *dp and sets it to NULL. NULL-safe. */
 void rill_proto_dec_destroy(rill_proto_dec_t **dp);
 
 /* Decodes one request frame into *req. Errors (msg gets the detail; req->id holds the id when

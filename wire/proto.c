@@ -1,10 +1,13 @@
 /*
  * proto.c - request decoding (contract: rill_proto.h, docs/protocol.md).
  *
- * Design: the frame's structure is checked first (rill_msgpack_check, ingest/rill_msgpack.h),
- * so msgpack-c never sees a length it would trust; then msgpack-c unpacks it into the decoder's
+ * Design: the frame's structure is checked first (rill_msgpack_check, rill_msgpack.h), so
+ * msgpack-c never sees a length it would trust; then msgpack-c unpacks it into the decoder's
  * zone (reused: cleared per frame) and a table per command says which arguments it takes, with
  * their types. ingest.ticks' array is re-packed into the decoder's buffer for the tick decoder.
+ * Messages that quote request bytes (an unknown command or argument) cut them at a character
+ * boundary (rill_utf8_cut) and leave the rest to the sender's packer, which escapes what is not
+ * UTF-8 (rill_msgpack_pack_str); the decoder itself accepts any bytes in a str.
  */
 #include "rill_proto.h"
 
@@ -15,6 +18,7 @@
 
 #include "rill_alloc.h"
 #include "rill_msgpack.h"
+#include "rill_utf8.h"
 
 struct rill_proto_dec {
     size_t max_bytes;
@@ -323,7 +327,7 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
     }
     if (c == RILL_PROTO_N_CMDS) {
         return fail(msg, msglen, RILL_EINVAL, "unknown command '%.*s'",
-                    (int)(cmd->via.str.size < 40 ? cmd->via.str.size : 40), cmd->via.str.ptr);
+                    (int)rill_utf8_cut(cmd->via.str.ptr, cmd->via.str.size, 40), cmd->via.str.ptr);
     }
     req->cmd = (rill_proto_cmd_t)c;
     if (args != NULL && args->type != MSGPACK_OBJECT_MAP && args->type != MSGPACK_OBJECT_NIL) {
@@ -343,7 +347,7 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
             char name[48] = "?";
             if (k->type == MSGPACK_OBJECT_STR) {
                 snprintf(name, sizeof name, "%.*s",
-                         (int)(k->via.str.size < 40 ? k->via.str.size : 40), k->via.str.ptr);
+                         (int)rill_utf8_cut(k->via.str.ptr, k->via.str.size, 40), k->via.str.ptr);
             }
             return fail(msg, msglen, RILL_EINVAL, "%s takes no argument '%s'", k_cmd[c], name);
         }

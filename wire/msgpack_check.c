@@ -7,6 +7,7 @@
  * and a container of n elements must have n bytes left (every element takes at least one), so
  * a 5-byte "array of 4 billion" fails here before msgpack-c allocates count * 24 bytes for it.
  * Values are not decoded: msgpack-c still does that, after this says the lengths are honest.
+ * The UTF-8 variant reads one kind of payload, a str's, once its length is known to fit.
  */
 #include "rill_msgpack.h"
 
@@ -14,6 +15,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "rill_utf8.h"
 
 static rill_err_t fail(rill_msgpack_shape_t *sh, char *msg, size_t msglen, int64_t element,
                        size_t at, rill_err_t err, const char *fmt, ...)
@@ -48,6 +51,7 @@ typedef struct head {
     size_t len_bytes; /* size of the big-endian length field after the type byte (0: none) */
     uint64_t payload; /* bytes after the header (fixed for scalars, read for str/bin/ext) */
     int elems;        /* 0 scalar, 1 array, 2 map (elements per declared count) */
+    bool str;         /* a str: its payload is text */
     const char *what;
 } head_t;
 
@@ -65,6 +69,7 @@ static bool classify(uint8_t c, head_t *h) {
         h->what = "array";
     } else if (c <= 0xbf) {
         h->payload = c & 0x1f;
+        h->str = true;
         h->what = "str";
     } else {
         switch (c) {
@@ -122,6 +127,7 @@ static bool classify(uint8_t c, head_t *h) {
         case 0xda:
         case 0xdb:
             h->len_bytes = (size_t)1 << (c - 0xd9);
+            h->str = true;
             h->what = "str";
             break;
         case 0xdc:
@@ -144,8 +150,8 @@ static bool classify(uint8_t c, head_t *h) {
     return true;
 }
 
-rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
-                              rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
+static rill_err_t check(const void *buf, size_t len, int max_depth, bool utf8,
+                        rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
     const uint8_t *p = buf;
     rill_msgpack_shape_t sh_local;
     rill_msgpack_shape_t *sh = shape != NULL ? shape : &sh_local;
@@ -200,6 +206,13 @@ rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
                             "truncated: %s of %" PRIu64 " bytes with %zu left", h.what, payload,
                             rest - h.hdr);
             }
+            size_t bad = 0;
+            if (utf8 && h.str &&
+                !rill_utf8_valid((const char *)p + pos + h.hdr, (size_t)payload, &bad)) {
+                return fail(sh, msg, msglen, record, pos, RILL_EFORMAT,
+                            "str of %" PRIu64 " bytes is not valid UTF-8 (byte %zu)", payload,
+                            pos + h.hdr + bad);
+            }
             pos += h.hdr + (size_t)payload;
         } else {
             if (h.len_bytes == 0) {
@@ -238,4 +251,14 @@ rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
     }
     sh->top_count = sh->top == RILL_MSGPACK_MAP ? total0 / 2 : total0;
     return RILL_OK;
+}
+
+rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
+                              rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
+    return check(buf, len, max_depth, false, shape, msg, msglen);
+}
+
+rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
+                                   rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
+    return check(buf, len, max_depth, true, shape, msg, msglen);
 }
