@@ -34,6 +34,15 @@ static int set_value(const cli_opt_t *o, const char *v) {
     case CLI_STRING:
         *(const char **)o->dest = v;
         return 0;
+    case CLI_LIST: {
+        cli_list_t *l = o->dest;
+        if (l->n == CLI_LIST_MAX) {
+            fprintf(stderr, "rill: --%s given more than %d times\n", o->name, CLI_LIST_MAX);
+            return 2;
+        }
+        l->v[l->n++] = v;
+        return 0;
+    }
     case CLI_INT: {
         long long x = strtoll(v, &end, 10);
         if (errno != 0 || end == v || *end != '\0') {
@@ -70,10 +79,10 @@ void cli_print_help(const cli_opt_t *opts, const char *usage, const char *summar
     printf("usage: %s\n\n%s\n\noptions:\n", usage, summary);
     for (const cli_opt_t *o = opts; o->name != NULL; o++) {
         char left[64];
-        const char *meta = o->kind == CLI_FLAG     ? ""
-                           : o->kind == CLI_STRING ? " TEXT"
-                           : o->kind == CLI_INT    ? " N"
-                                                   : " X";
+        const char *meta = o->kind == CLI_FLAG                            ? ""
+                           : o->kind == CLI_STRING || o->kind == CLI_LIST ? " TEXT"
+                           : o->kind == CLI_INT                           ? " N"
+                                                                          : " X";
         snprintf(left, sizeof left, "%s%s--%s%s", o->alias ? o->alias : "", o->alias ? ", " : "",
                  o->name, meta);
         printf("  %-26s %s", left, o->help);
@@ -88,6 +97,9 @@ void cli_print_help(const cli_opt_t *opts, const char *usage, const char *summar
             break;
         case CLI_FLOAT:
             printf(" (default %g)", *(double *)o->dest);
+            break;
+        case CLI_LIST:
+            printf(" (repeatable)");
             break;
         case CLI_FLAG:
             break;

@@ -20,8 +20,16 @@ typedef enum cli_kind {
     CLI_FLAG,   /* bool, no value */
     CLI_STRING, /* const char * (borrowed from argv) */
     CLI_INT,    /* int64_t */
-    CLI_FLOAT   /* double */
+    CLI_FLOAT,  /* double */
+    CLI_LIST    /* cli_list_t: a string option that may be given several times */
 } cli_kind_t;
+
+/* The values of a CLI_LIST option in the order given (borrowed from argv). */
+#define CLI_LIST_MAX 16
+typedef struct cli_list {
+    const char *v[CLI_LIST_MAX];
+    int n;
+} cli_list_t;
 
 typedef struct cli_opt {
     const char *name;  /* long name without "--" */

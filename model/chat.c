@@ -286,8 +286,8 @@ static void llama3_msg(out_t *o, const char *role, const char *content) {
     puts_(o, "<|eot_id|>");
 }
 
-int64_t rill_chat_apply(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
-                        bool add_generation_prompt, char *buf, size_t cap) {
+static int64_t render(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
+                      bool add_generation_prompt, bool continuation, char *buf, size_t cap) {
     if (c == NULL || (msgs == NULL && n > 0) || (buf == NULL && cap > 0)) {
         return RILL_EINVAL;
     }
@@ -299,7 +299,8 @@ int64_t rill_chat_apply(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_
     /* Reserve the last byte for the NUL. */
     out_t o = { .buf = buf, .cap = cap > 0 ? cap - 1 : 0, .n = 0 };
     if (c->kind == RILL_CHAT_CHATML) {
-        if (c->default_system != NULL && n > 0 && strcmp(msgs[0].role, "system") != 0) {
+        if (!continuation && c->default_system != NULL && n > 0 &&
+            strcmp(msgs[0].role, "system") != 0) {
             chatml_msg(&o, "system", c->default_system);
         }
         for (size_t i = 0; i < n; i++) {
@@ -320,4 +321,14 @@ int64_t rill_chat_apply(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_
         buf[o.n < o.cap ? o.n : o.cap] = '\0';
     }
     return (int64_t)o.n;
+}
+
+int64_t rill_chat_apply(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
+                        bool add_generation_prompt, char *buf, size_t cap) {
+    return render(c, msgs, n, add_generation_prompt, false, buf, cap);
+}
+
+int64_t rill_chat_apply_turns(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
+                              bool add_generation_prompt, char *buf, size_t cap) {
+    return render(c, msgs, n, add_generation_prompt, true, buf, cap);
 }

@@ -84,6 +84,12 @@ void rill_chat_destroy(rill_chat_t **cp);
 int64_t rill_chat_apply(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
                         bool add_generation_prompt, char *buf, size_t cap);
 
+/* As rill_chat_apply(), for messages that continue a conversation already under way (a
+ * question put to a session after its stream): no default system message is inserted, so only
+ * the messages themselves and the generation prompt are rendered. */
+int64_t rill_chat_apply_turns(const rill_chat_t *c, const rill_chat_msg_t *msgs, size_t n,
+                              bool add_generation_prompt, char *buf, size_t cap);
+
 /* The family in use (never AUTO). */
 rill_chat_template_t rill_chat_kind(const rill_chat_t *c);
 

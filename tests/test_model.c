@@ -1621,12 +1621,21 @@ START_TEST(chat_chatml_smollm2) {
     const rill_chat_msg_t conv[] = {
         { "system", "Be brief." }, { "user", "Hi" }, { "assistant", "Hello!" }, { "user", "2+2?" }
     };
+    const rill_chat_msg_t bad_turn[] = { { "user", NULL } };
     expect_render(c, conv, 4, false,
                   "<|im_start|>system\nBe brief.<|im_end|>\n"
                   "<|im_start|>user\nHi<|im_end|>\n"
                   "<|im_start|>assistant\nHello!<|im_end|>\n"
                   "<|im_start|>user\n2+2?<|im_end|>\n");
     expect_render(c, NULL, 0, true, "<|im_start|>assistant\n");
+    /* a turn continuing a conversation under way: no default system message */
+    char turn[256];
+    ck_assert_int_eq(rill_chat_apply_turns(c, user, 1, true, turn, sizeof turn),
+                     (int64_t)strlen("<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"));
+    ck_assert_str_eq(turn, "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n");
+    ck_assert_int_eq(rill_chat_apply_turns(c, conv, 1, false, turn, sizeof turn),
+                     (int64_t)strlen("<|im_start|>system\nBe brief.<|im_end|>\n"));
+    ck_assert_int_eq(rill_chat_apply_turns(c, bad_turn, 1, true, turn, sizeof turn), RILL_EINVAL);
     /* snprintf semantics: the length is always the full one, the output cut and terminated. */
     char small[8];
     int64_t len = rill_chat_apply(c, user, 1, true, small, sizeof small);
