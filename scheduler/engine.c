@@ -69,6 +69,8 @@ static sess_t *target(rill_sched_t *sch, cmd_t *c, rill_sched_sid_t sid) {
         rill__sched_msg(c, "no session %llu", (unsigned long long)sid);
         if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
             c->u.ingest.on_ack(c->u.ingest.user, RILL_ENOTFOUND, "no such session");
+        } else if (c->kind == CMD_REPLACE && c->u.replace.on_ack != NULL) {
+            c->u.replace.on_ack(c->u.replace.user, RILL_ENOTFOUND, -1, "no such session");
         }
     }
     return x;
@@ -103,6 +105,35 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
                            c->err == RILL_OK      ? ""
                            : c->err == RILL_EFULL ? "too many tokens already queued on the session"
                                                   : rill_session_last_error(x->s));
+    }
+}
+
+/* CMD_REPLACE: check, log, roll back, queue; requests waiting for the session's data wait for
+ * what is acknowledged now (the stream may have got shorter); standing answers go stale. */
+static void replace(rill_sched_t *sch, cmd_t *c, sess_t *x) {
+    int64_t v = rill_session_seq(x->s);
+    const char *why = "";
+    if (rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
+        c->err = RILL_EFULL;
+        why = "too many tokens already queued on the session";
+    } else {
+        c->err = rill_session_feed_replace_text(x->s, c->u.replace.from, c->u.replace.text,
+                                                c->u.replace.len);
+        why = c->err == RILL_OK ? "" : rill_session_last_error(x->s);
+    }
+    rill__sched_msg(c, "%s", why);
+    if (rill_session_seq(x->s) != v) {
+        int64_t ack = rill__sched_acknowledged(x);
+        for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+            if (r->sess == x && r->phase == PH_WAIT && r->target > ack) {
+                r->target = ack;
+            }
+        }
+        rill__sched_data_changed(sch, x);
+    }
+    c->u.replace.version = c->err == RILL_OK ? rill_session_seq(x->s) : -1;
+    if (c->u.replace.on_ack != NULL) {
+        c->u.replace.on_ack(c->u.replace.user, c->err, c->u.replace.version, why);
     }
 }
 
@@ -180,6 +211,11 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
         x = target(sch, c, c->kind == CMD_INGEST ? c->u.ingest.sid : c->u.ingest_text.sid);
         if (x != NULL) {
             ingest(sch, c, x);
+        }
+        break;
+    case CMD_REPLACE:
+        if ((x = target(sch, c, c->u.replace.sid)) != NULL) {
+            replace(sch, c, x);
         }
         break;
     case CMD_STANDING_LIST:

@@ -81,7 +81,7 @@ void rill__sched_finish(rill_sched_t *sch, req_t *r, rill_err_t status, const ch
         .status = status,
         .message = message != NULL ? message : "",
         .tokens = r->out,
-        .n_tokens = status == RILL_OK ? r->n_out : 0,
+        .n_tokens = r->n_out, /* an early end too: what was decoded before it */
         .version = r->version,
         .n_context = r->n_context,
         .adopted = adopted,

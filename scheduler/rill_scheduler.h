@@ -293,12 +293,45 @@ typedef void (*rill_sched_ack_fn)(void *user, rill_err_t status, const char *mes
 rill_err_t rill_sched_ingest_async(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,
                                    int32_t n, rill_sched_ack_fn on_ack, void *user);
 
+/* Replace (rill_session_replace_text): "from the input that made version from_version on, the
+ * text is text[0, len)". The session rolls back to the longest common token prefix of its stream
+ * and the new one and queues the rest (evaluated at INGEST class like any input); the replace is
+ * an input of its own, logged, with the next version. Questions: one waiting for the session's
+ * data when the replace comes waits for what is acknowledged after it (the stream may have got
+ * shorter), so it answers on the replaced text; one already on a fork answers on what it forked;
+ * a turn or speculation whose session took a replace meanwhile is not adopted (answer.adopted
+ * false), as with any other input. Standing answers become stale and are refreshed. version
+ * (may be NULL): the session's version after the replace. Errors (nothing changed, *version
+ * untouched): RILL_ENOTFOUND, RILL_EFULL (more than RILL_SCHED_MAX_QUEUED tokens queued),
+ * those of rill_session_feed_replace_text(): RILL_EINVAL (from_version not one of the
+ * session's versions), RILL_ERANGE (the session no longer reaches back that far), RILL_ENOMEM,
+ * RILL_EIO, RILL_EUNSUPPORTED. Blocks (one engine pass). */
+rill_err_t rill_sched_ingest_replace(rill_sched_t *sch, rill_sched_sid_t sid, int64_t from_version,
+                                     const char *text, size_t len, int64_t *version);
+
+/* Called on the engine thread once an asynchronous replace is taken (status RILL_OK; version:
+ * the session's version after it) or refused (the errors above, nothing changed, version -1;
+ * RILL_ECANCELED when the scheduler was destroyed first). message: detail for an error, ""
+ * otherwise (borrowed). Must not block or call back into the scheduler's blocking functions. */
+typedef void (*rill_sched_replace_fn)(void *user, rill_err_t status, int64_t version,
+                                      const char *message);
+
+/* rill_sched_ingest_replace without waiting: copies text and returns; the engine carries it out
+ * at its next step boundary, in submission order with every other call (a question asked after
+ * this returns sees the replaced text). on_ack (may be NULL) reports the outcome. Returns
+ * RILL_EINVAL (NULL sch, text NULL with len > 0), RILL_ENOMEM or RILL_ECLOSED (nothing queued,
+ * on_ack not called); RILL_OK otherwise. */
+rill_err_t rill_sched_ingest_replace_async(rill_sched_t *sch, rill_sched_sid_t sid,
+                                           int64_t from_version, const char *text, size_t len,
+                                           rill_sched_replace_fn on_ack, void *user);
+
 /* ---- questions, turns, standing queries, speculation -------------------------------------- */
 
 typedef struct rill_sched_answer {
     rill_err_t status;     /* RILL_OK, RILL_ECANCELED, RILL_EFULL, ... */
     const char *message;   /* detail when status != RILL_OK (borrowed) */
-    const int32_t *tokens; /* the answer (borrowed for the callback) */
+    const int32_t *tokens; /* the answer (borrowed for the callback); for a request that ended
+                              early (cancelled, failed) the tokens decoded before it ended */
     int32_t n_tokens;
     int64_t version;    /* data version the answer saw */
     int32_t n_context;  /* tokens resident in the session when it was answered */

@@ -40,6 +40,7 @@ typedef enum cmd_kind {
     CMD_LIST,
     CMD_INGEST,
     CMD_INGEST_TEXT,
+    CMD_REPLACE,
     CMD_ASK, /* the four request kinds share the `ask` member */
     CMD_TURN,
     CMD_STANDING,
@@ -111,6 +112,16 @@ typedef struct cmd {
             bool flush;
             int64_t version; /* out: the session's version after it */
         } ingest_text;
+        struct {
+            rill_sched_sid_t sid;
+            int64_t from;
+            const char *text; /* borrowed (blocking) or == owned (async) */
+            size_t len;
+            char *owned;
+            rill_sched_replace_fn on_ack; /* async only */
+            void *user;
+            int64_t version; /* out: the session's version after it */
+        } replace;
         struct { /* CMD_ASK, CMD_TURN, CMD_STANDING, CMD_SPEC */
             rill_sched_sid_t sid;
             rill_sched_rid_t rid;

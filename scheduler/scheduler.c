@@ -59,6 +59,9 @@ void rill__sched_cmd_free(cmd_t *c) {
     case CMD_INGEST:
         rill_free(c->u.ingest.owned);
         break;
+    case CMD_REPLACE:
+        rill_free(c->u.replace.owned);
+        break;
     default:
         break;
     }
@@ -347,6 +350,8 @@ void rill_sched_destroy(rill_sched_t **sp) {
             rill__sched_fail_async(c, RILL_ECANCELED, "scheduler stopped");
         } else if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
             c->u.ingest.on_ack(c->u.ingest.user, RILL_ECANCELED, "scheduler stopped");
+        } else if (c->kind == CMD_REPLACE && c->u.replace.on_ack != NULL) {
+            c->u.replace.on_ack(c->u.replace.user, RILL_ECANCELED, -1, "scheduler stopped");
         }
         rill__sched_cmd_free(c);
     }
@@ -513,6 +518,49 @@ rill_err_t rill_sched_ingest_async(rill_sched_t *sch, rill_sched_sid_t sid, cons
     c->u.ingest.n = n;
     c->u.ingest.on_ack = on_ack;
     c->u.ingest.user = user;
+    return post(sch, c);
+}
+
+rill_err_t rill_sched_ingest_replace(rill_sched_t *sch, rill_sched_sid_t sid, int64_t from_version,
+                                     const char *text, size_t len, int64_t *version) {
+    if (sch == NULL || (len > 0 && text == NULL)) {
+        return RILL_EINVAL;
+    }
+    cmd_t c;
+    cmd_init(&c, CMD_REPLACE);
+    c.u.replace.sid = sid;
+    c.u.replace.from = from_version;
+    c.u.replace.text = text;
+    c.u.replace.len = len;
+    rill_err_t err = call(sch, &c);
+    if (err == RILL_OK && version != NULL) {
+        *version = c.u.replace.version;
+    }
+    return err;
+}
+
+rill_err_t rill_sched_ingest_replace_async(rill_sched_t *sch, rill_sched_sid_t sid,
+                                           int64_t from_version, const char *text, size_t len,
+                                           rill_sched_replace_fn on_ack, void *user) {
+    if (sch == NULL || (len > 0 && text == NULL)) {
+        return RILL_EINVAL;
+    }
+    cmd_t *c = new_cmd(CMD_REPLACE);
+    char *copy = rill_malloc(RILL_MEM_SCHEDULER, len + 1); /* + 1: len 0 is a valid text */
+    if (c == NULL || copy == NULL) {
+        rill_free(c);
+        rill_free(copy);
+        return RILL_ENOMEM;
+    }
+    if (len > 0) {
+        memcpy(copy, text, len);
+    }
+    c->u.replace.sid = sid;
+    c->u.replace.from = from_version;
+    c->u.replace.text = c->u.replace.owned = copy;
+    c->u.replace.len = len;
+    c->u.replace.on_ack = on_ack;
+    c->u.replace.user = user;
     return post(sch, c);
 }
 

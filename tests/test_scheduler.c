@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rill_core.h"
@@ -168,6 +169,19 @@ static void wait_done(outcome_t *o, int n) {
         pthread_cond_wait(&o->cv, &o->mu);
     }
     pthread_mutex_unlock(&o->mu);
+}
+
+/* As wait_done, giving up after `seconds`: false when on_done has not come n times by then. */
+static bool wait_done_for(outcome_t *o, int n, int seconds) {
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += seconds;
+    pthread_mutex_lock(&o->mu);
+    while (o->n_done < n && pthread_cond_timedwait(&o->cv, &o->mu, &dl) == 0) {
+    }
+    bool ok = o->n_done >= n;
+    pthread_mutex_unlock(&o->mu);
+    return ok;
 }
 
 static rill_sched_ask_t ask_of(const int32_t *q, int n_q, int n_max, outcome_t *o) {
@@ -1623,6 +1637,245 @@ START_TEST(reclaim_stays_within_the_model) {
 }
 END_TEST
 
+/* ---- replace through the engine --------------------------------------------------------- */
+
+/* A direct session of g's reference pool given texts[0, n) (one append_text each): its resident
+ * tokens into out (returns how many). */
+static int direct_text_tokens(rig_t *g, const char *const *texts, int n, int32_t *out, int cap) {
+    rill_session_t *s = NULL;
+    ck_assert_int_eq(rill_session_new(g->rpool, NULL, &s), RILL_OK);
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_eq(rill_session_append_text(s, texts[i], strlen(texts[i])), RILL_OK);
+    }
+    int32_t m = 0;
+    const int32_t *t = rill_session_tokens(s, &m);
+    ck_assert_int_le(m, cap);
+    memcpy(out, t, (size_t)m * sizeof *t);
+    rill_session_destroy(&s);
+    return m;
+}
+
+typedef struct rep_acks {
+    pthread_mutex_t mu;
+    int n;
+    rill_err_t status[64];
+    int64_t version[64];
+} rep_acks_t;
+
+static void on_replace(void *user, rill_err_t status, int64_t version, const char *message) {
+    rep_acks_t *k = user;
+    ck_assert_ptr_nonnull(message);
+    ck_assert(status == RILL_OK ? message[0] == '\0' && version > 0 : version == -1);
+    pthread_mutex_lock(&k->mu);
+    if (k->n < 64) {
+        k->status[k->n] = status;
+        k->version[k->n] = version;
+    }
+    k->n++;
+    pthread_mutex_unlock(&k->mu);
+}
+
+/* A replace through the scheduler leaves the session as a direct session that got the final
+ * text (tokens, and the answer to a question), blocking and asynchronous; a question asked
+ * right after an asynchronous replace sees the replaced text; a standing query is refreshed on
+ * it; errors change nothing. */
+START_TEST(replace_through_the_engine) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    const char *in[3] = { "The station is called Nordholm. ", "Wind from the west at ",
+                          "twelve knots, rising." };
+    int64_t v[3];
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, in[i], strlen(in[i]), false, &v[i]),
+                         RILL_OK);
+    }
+    int32_t q[6], q2[6], want[5], got[512], ref[512];
+    random_tokens(q, 6, g.V);
+    random_tokens(q2, 6, g.V); /* not the standing question: its answer would come cached */
+    outcome_t os;
+    outcome_init(&os);
+    rill_sched_ask_t sq = ask_of(q, 6, 5, &os);
+    rill_sched_rid_t qid, rid;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &sq, &qid), RILL_OK);
+    idle(&g);
+    /* from the second input on, the text is another */
+    const char *t2 = "Calm, no wind at all today.";
+    int64_t vr = -1;
+    ck_assert_int_eq(rill_sched_ingest_replace(g.sch, sid, v[1], t2, strlen(t2), &vr), RILL_OK);
+    ck_assert_int_eq(vr, v[2] + 1);
+    idle(&g);
+    const char *final1[2] = { in[0], t2 };
+    int n_ref = direct_text_tokens(&g, final1, 2, ref, 512);
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 512), n_ref);
+    ck_assert_mem_eq(got, ref, (size_t)n_ref * sizeof *ref);
+    rill_sched_standing_info_t si;
+    ck_assert_int_eq(rill_sched_standing_list(g.sch, sid, &si, 1), 1);
+    ck_assert_int_eq(si.version, vr); /* refreshed on the replaced text */
+    /* asynchronous, with a question right after it: the question sees the new text */
+    const char *t3 = "Gale warning.";
+    rep_acks_t k = { .n = 0 };
+    pthread_mutex_init(&k.mu, NULL);
+    ck_assert_int_eq(
+        rill_sched_ingest_replace_async(g.sch, sid, v[0], t3, strlen(t3), on_replace, &k), RILL_OK);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q2, 6, 5, &o);
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    const char *final2[1] = { t3 };
+    n_ref = direct_text_tokens(&g, final2, 1, ref, 512);
+    ck_assert_int_eq(o.a.n_context, n_ref);
+    ck_assert(!o.a.cached);
+    ck_assert_int_eq(direct_answer(&g, ref, n_ref, q2, 6, 5, want), 5);
+    ck_assert_mem_eq(o.tokens, want, 5 * sizeof(int32_t));
+    idle(&g);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 1);
+    ck_assert_int_eq(k.status[0], RILL_OK);
+    ck_assert_int_eq(k.version[0], vr + 1);
+    pthread_mutex_unlock(&k.mu);
+    /* errors: nothing changes */
+    rill_sched_session_info_t before, after;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &before), RILL_OK);
+    int64_t untouched = -7;
+    ck_assert_int_eq(rill_sched_ingest_replace(g.sch, sid, 0, "x", 1, &untouched), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_replace(g.sch, sid, before.version + 1, "x", 1, &untouched),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_replace(g.sch, sid + 99, 1, "x", 1, &untouched),
+                     RILL_ENOTFOUND);
+    ck_assert_int_eq(untouched, -7);
+    ck_assert_int_eq(rill_sched_ingest_replace(NULL, sid, 1, "x", 1, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_replace(g.sch, sid, 1, NULL, 1, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid, 1, NULL, 3, on_replace, &k),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid + 99, 1, "x", 1, on_replace, &k),
+                     RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid, 0, "x", 1, on_replace, &k),
+                     RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &after), RILL_OK);
+    ck_assert_int_eq(after.version, before.version);
+    ck_assert_int_eq(after.st.n_seen, before.st.n_seen);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 3);
+    ck_assert_int_eq(k.status[1], RILL_ENOTFOUND);
+    ck_assert_int_eq(k.status[2], RILL_EINVAL);
+    pthread_mutex_unlock(&k.mu);
+    /* destroyed with replaces queued: each acknowledged or cancelled, once */
+    for (int i = 0; i < 20; i++) {
+        ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid, 1, "y", 1, on_replace, &k),
+                         RILL_OK);
+    }
+    rill_sched_destroy(&g.sch);
+    pthread_mutex_lock(&k.mu);
+    ck_assert_int_eq(k.n, 23);
+    for (int i = 3; i < 23; i++) {
+        ck_assert(k.status[i] == RILL_OK || k.status[i] == RILL_ECANCELED);
+    }
+    pthread_mutex_unlock(&k.mu);
+    pthread_mutex_destroy(&k.mu);
+    outcome_deinit(&o);
+    outcome_deinit(&os);
+    rig_close(&g);
+}
+END_TEST
+
+/* A question waiting for its session's queued data when a replace makes the stream shorter
+ * does not wait for tokens that no longer come: it answers on the replaced text. */
+START_TEST(replace_shortens_what_questions_wait_for) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 16;
+    sp.max_delay_ns = 0;
+    rig_open_ex(&g, 8192, &sp);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    const char *head = "Short. ";
+    int64_t v1 = 0, v2 = 0;
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, head, strlen(head), false, &v1), RILL_OK);
+    idle(&g);
+    char big[120];
+    for (size_t i = 0; i < sizeof big - 1; i++) {
+        big[i] = "abcdefgh "[i % 9];
+    }
+    big[sizeof big - 1] = '\0';
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, big, strlen(big), false, &v2), RILL_OK);
+    int32_t q[6];
+    random_tokens(q, 6, g.V);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, 6, 3, &o);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK); /* waits for big */
+    ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid, v2, "End.", 4, NULL, NULL),
+                     RILL_OK);
+    ck_assert_msg(wait_done_for(&o, 1, 60), "the question still waits for replaced data");
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    int32_t ref[256];
+    const char *final[2] = { head, "End." };
+    int n_ref = direct_text_tokens(&g, final, 2, ref, 256);
+    ck_assert_int_le(o.a.n_context, n_ref);
+    idle(&g);
+    int32_t got[256];
+    ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 256), n_ref);
+    ck_assert_mem_eq(got, ref, (size_t)n_ref * sizeof *ref);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+/* A cancelled request's end carries the tokens decoded before the cancel. */
+typedef struct canceller {
+    outcome_t o;
+    rill_sched_t *sch;
+    int after;
+    _Atomic int seen;
+} canceller_t;
+
+static void cancel_on_token(void *user, rill_sched_rid_t rid, int32_t tok) {
+    canceller_t *k = user;
+    on_token(&k->o, rid, tok);
+    if (atomic_fetch_add(&k->seen, 1) + 1 == k->after) {
+        ck_assert_int_eq(rill_sched_cancel(k->sch, rid), RILL_OK);
+    }
+}
+
+static void cancel_on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
+    canceller_t *k = user;
+    on_done(&k->o, rid, a);
+}
+
+START_TEST(cancelled_requests_keep_their_tokens) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[40], q[6];
+    random_tokens(data, 40, g.V);
+    random_tokens(q, 6, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
+    canceller_t k = { .sch = g.sch, .after = 3 };
+    outcome_init(&k.o);
+    atomic_init(&k.seen, 0);
+    rill_sched_ask_t a = { .question = q,
+                           .n_question = 6,
+                           .n_max = 40,
+                           .on_token = cancel_on_token,
+                           .on_done = cancel_on_done,
+                           .user = &k };
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+    wait_done(&k.o, 1);
+    ck_assert_int_eq(k.o.a.status, RILL_ECANCELED);
+    ck_assert_int_ge(k.o.a.n_tokens, 3);
+    ck_assert_int_lt(k.o.a.n_tokens, 40);
+    ck_assert_int_eq(k.o.n_streamed, k.o.a.n_tokens);
+    ck_assert_mem_eq(k.o.tokens, k.o.streamed, (size_t)k.o.a.n_tokens * sizeof(int32_t));
+    outcome_deinit(&k.o);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(arguments_are_checked) {
     rig_t g;
     rig_open(&g);
@@ -1841,6 +2094,9 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, templates_are_per_model);
         tcase_add_test(tc, admission_is_per_model);
         tcase_add_test(tc, reclaim_stays_within_the_model);
+        tcase_add_test(tc, replace_through_the_engine);
+        tcase_add_test(tc, replace_shortens_what_questions_wait_for);
+        tcase_add_test(tc, cancelled_requests_keep_their_tokens);
     }
     tcase_add_test(tc, stress_sixteen_sessions_isolated);
     suite_add_tcase(su, tc);
