@@ -103,6 +103,13 @@ def seeds():
     out["ingest-text-empty"] = req("ingest.text", [SESSION, ("text", s("")), ("flush", FALSE)])
     out["ingest-text-utf8"] = req("ingest.text", [SESSION,
                                                   ("text", s("na\u00efve \u20ac \U0001f600\n"))])
+    out["create-model"] = req("session.create", [SESSION, ("model", s("asr"))])
+    out["ingest-replace"] = req("ingest.replace", [SESSION, ("from_version", u(3)),
+                                                   ("text", s("the corrected tail"))])
+    out["ingest-replace-empty"] = req("ingest.replace", [SESSION, ("from_version", u(1, 4)),
+                                                         ("text", s(""))])
+    out["bad-replace-zero"] = req("ingest.replace", [SESSION, ("from_version", u(0)),
+                                                     ("text", s("x"))])
     out["ingest-ticks"] = req("ingest.ticks", [SESSION, ("ticks", a([
         tick(), tick("MSFT", TS + 1000, f64(374.5), u(50), s("S")),
         tick("EURUSD", TS + 2000, b"\xca" + struct.pack(">f", 1.0942), u(100000, 3), None),

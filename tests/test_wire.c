@@ -422,6 +422,28 @@ START_TEST(proto_decodes_every_command) {
     ck_assert_int_eq(r.sinks, 4);
     req_end(&q);
 
+    req_begin(&q, "session.create", 1);
+    pk_s(&q.pk, "model");
+    pk_s(&q.pk, "asr-whisper.base");
+    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_uint_eq(r.present, RILL_PROTO_HAS_MODEL);
+    ck_assert(str_is(r.model, "asr-whisper.base"));
+    req_end(&q);
+
+    req_begin(&q, "ingest.replace", 3);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "from_version");
+    msgpack_pack_uint64(&q.pk, (uint64_t)INT64_MAX);
+    pk_s(&q.pk, "text");
+    pk_s(&q.pk, "");
+    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_int_eq(r.cmd, RILL_PROTO_INGEST_REPLACE);
+    ck_assert_str_eq(rill_proto_cmd_name(r.cmd), "ingest.replace");
+    ck_assert_int_eq(r.from_version, INT64_MAX);
+    ck_assert_uint_eq(r.text.len, 0);
+    req_end(&q);
+
     req_begin(&q, "ingest.text", 3);
     pk_s(&q.pk, "session");
     pk_s(&q.pk, "s");
@@ -545,6 +567,15 @@ static void p_long_name(msgpack_packer *pk) {
     n[sizeof n - 1] = '\0';
     pk_s(pk, n);
 }
+static void p_u64_big(msgpack_packer *pk) {
+    msgpack_pack_uint64(pk, (uint64_t)INT64_MAX + 1);
+}
+static void p_model_64(msgpack_packer *pk) {
+    char n[RILL_PROTO_MAX_NAME + 1];
+    memset(n, 'm', sizeof n - 1); /* 64 bytes: a session name, one too long for a model */
+    n[sizeof n - 1] = '\0';
+    pk_s(pk, n);
+}
 static void p_map(msgpack_packer *pk) {
     msgpack_pack_map(pk, 0);
 }
@@ -568,6 +599,15 @@ START_TEST(proto_refuses_bad_requests) {
     expect_req(d, "ask", "max_tokens", p_tokens_big, RILL_ERANGE, "outside [1, 1024]");
     expect_req(d, "standing.unregister", "qid", p_zero, RILL_EFORMAT, "positive integer");
     expect_req(d, "ingest.text", "flush", p_int5, RILL_EFORMAT, "boolean");
+    expect_req(d, "session.create", "model", p_bad_name, RILL_EINVAL, "args.model: 1..63");
+    expect_req(d, "session.create", "model", p_model_64, RILL_EINVAL, "args.model: 1..63");
+    expect_req(d, "session.create", "model", p_int5, RILL_EFORMAT, "args.model: must be a");
+    expect_req(d, "ask", "model", p_empty, RILL_EINVAL, "ask takes no argument 'model'");
+    expect_req(d, "ingest.replace", "from_version", p_zero, RILL_ERANGE, "outside [1, 2^63)");
+    expect_req(d, "ingest.replace", "from_version", p_u64_big, RILL_ERANGE, "outside [1, 2^63)");
+    expect_req(d, "ingest.replace", "from_version", p_neg, RILL_EFORMAT, "unsigned integer");
+    expect_req(d, "ingest.replace", "from_version", p_int5, RILL_EINVAL,
+               "ingest.replace needs args.text");
     expect_req(d, "ingest.ticks", "ticks", p_map, RILL_EFORMAT, "array of tick maps");
     expect_req(d, "ask", "text", p_empty, RILL_EINVAL, "ask takes no argument 'text'");
     expect_req(d, "session.stats", "bogus", p_int5, RILL_EINVAL, "takes no argument 'bogus'");

@@ -30,6 +30,7 @@ static const char *const k_cmd[RILL_PROTO_N_CMDS] = {
     "session.create",    "session.close",       "session.list",  "session.stats",
     "session.snapshot",  "ingest.text",         "ingest.ticks",  "ask",
     "standing.register", "standing.unregister", "standing.list", "server.stats",
+    "ingest.replace",
 };
 
 /* Arguments, and which commands take them (R required, O optional). */
@@ -44,18 +45,22 @@ typedef enum arg {
     A_QUESTION,
     A_MAX_TOKENS,
     A_QID,
+    A_MODEL,
+    A_FROM_VERSION,
     A_COUNT
 } arg_t;
 
-static const char *const k_arg[A_COUNT] = { "session", "window", "sinks",    "system",     "text",
-                                            "flush",   "ticks",  "question", "max_tokens", "qid" };
+static const char *const k_arg[A_COUNT] = { "session",    "window", "sinks", "system",
+                                            "text",       "flush",  "ticks", "question",
+                                            "max_tokens", "qid",    "model", "from_version" };
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
 static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
     [RILL_PROTO_SESSION_CREATE] = { [A_SESSION] = 1,
                                     [A_WINDOW] = 1,
                                     [A_SINKS] = 1,
-                                    [A_SYSTEM] = 1 },
+                                    [A_SYSTEM] = 1,
+                                    [A_MODEL] = 1 },
     [RILL_PROTO_SESSION_CLOSE] = { [A_SESSION] = 2 },
     [RILL_PROTO_SESSION_LIST] = { 0 },
     [RILL_PROTO_SESSION_STATS] = { [A_SESSION] = 2 },
@@ -67,6 +72,7 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
     [RILL_PROTO_STANDING_UNREGISTER] = { [A_SESSION] = 2, [A_QID] = 2 },
     [RILL_PROTO_STANDING_LIST] = { [A_SESSION] = 2 },
     [RILL_PROTO_SERVER_STATS] = { 0 },
+    [RILL_PROTO_INGEST_REPLACE] = { [A_SESSION] = 2, [A_FROM_VERSION] = 2, [A_TEXT] = 2 },
 };
 
 const char *rill_proto_cmd_name(rill_proto_cmd_t cmd) {
@@ -156,6 +162,7 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
     uint64_t u = 0;
     switch (a) {
     case A_SESSION:
+    case A_MODEL:
     case A_SYSTEM:
     case A_TEXT:
     case A_QUESTION: {
@@ -175,6 +182,13 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             }
             r->session = s;
             r->present |= RILL_PROTO_HAS_SESSION;
+        } else if (a == A_MODEL) {
+            if (!name_ok(&v->via.str) || v->via.str.size >= RILL_PROTO_MAX_NAME) {
+                return fail(msg, msglen, RILL_EINVAL,
+                            "args.model: 1..63 bytes of [A-Za-z0-9_.-] required");
+            }
+            r->model = s;
+            r->present |= RILL_PROTO_HAS_MODEL;
         } else if (a == A_SYSTEM) {
             r->system = s;
             r->present |= RILL_PROTO_HAS_SYSTEM;
@@ -222,6 +236,17 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             return fail(msg, msglen, RILL_EFORMAT, "args.qid: must be a positive integer");
         }
         r->qid = u;
+        return RILL_OK;
+    case A_FROM_VERSION:
+        if (!as_uint(v, &u)) {
+            return fail(msg, msglen, RILL_EFORMAT,
+                        "args.from_version: must be an unsigned integer");
+        }
+        if (u < 1 || u > (uint64_t)INT64_MAX) {
+            return fail(msg, msglen, RILL_ERANGE, "args.from_version: %llu outside [1, 2^63)",
+                        (unsigned long long)u);
+        }
+        r->from_version = (int64_t)u;
         return RILL_OK;
     case A_FLUSH:
         if (v->type != MSGPACK_OBJECT_BOOLEAN) {

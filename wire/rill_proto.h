@@ -44,6 +44,7 @@ typedef enum rill_proto_cmd {
     RILL_PROTO_STANDING_UNREGISTER,
     RILL_PROTO_STANDING_LIST,
     RILL_PROTO_SERVER_STATS,
+    RILL_PROTO_INGEST_REPLACE,
     RILL_PROTO_N_CMDS
 } rill_proto_cmd_t;
 
@@ -64,18 +65,20 @@ typedef struct rill_proto_str {
 #define RILL_PROTO_HAS_SYSTEM     (1u << 3)
 #define RILL_PROTO_HAS_FLUSH      (1u << 4)
 #define RILL_PROTO_HAS_MAX_TOKENS (1u << 5)
+#define RILL_PROTO_HAS_MODEL      (1u << 6)
 
 typedef struct rill_proto_req {
     uint64_t id; /* the client's request id (0 when it could not be read) */
     rill_proto_cmd_t cmd;
     unsigned present; /* RILL_PROTO_HAS_* */
-    rill_proto_str_t session, text, question, system;
+    rill_proto_str_t session, text, question, system, model;
     bool flush;
     int64_t window, sinks;
     int32_t max_tokens;
     uint64_t qid;
-    const void *ticks; /* ingest.ticks: the ticks array re-encoded as one msgpack buffer
-                          (rill_tick_decode's input); borrowed like the strings */
+    int64_t from_version; /* ingest.replace: 1..2^63 - 1 */
+    const void *ticks;    /* ingest.ticks: the ticks array re-encoded as one msgpack buffer
+                             (rill_tick_decode's input); borrowed like the strings */
     size_t ticks_len;
 } rill_proto_req_t;
 
