@@ -104,10 +104,10 @@ static int parse(int argc, char **argv, const cli_opt_t *opts, const char *usage
 
 /* ---- rill session ------------------------------------------------------------------------ */
 
-static int session_new_run(rill_client_t *c, const char *name, int64_t window, int64_t sinks,
-                           const char *system) {
+static int session_new_run(rill_client_t *c, const char *model, const char *name, int64_t window,
+                           int64_t sinks, const char *system) {
     const char *got = NULL;
-    rill_err_t e = rill_client_session_create(c, name, window, sinks, system, &got);
+    rill_err_t e = rill_client_session_create_on(c, model, name, window, sinks, system, &got);
     if (e != RILL_OK) {
         return failed("rill session new", c, e);
     }
@@ -118,9 +118,13 @@ static int session_new_run(rill_client_t *c, const char *name, int64_t window, i
 static int session_new(int argc, char **argv) {
     conn_t k = conn_defaults();
     int64_t window = -1, sinks = -1;
-    const char *system = NULL, *pos[1];
+    const char *system = NULL, *model = NULL, *pos[1];
     int n_pos = 0;
     const cli_opt_t opts[] = {
+        { "model", NULL, CLI_STRING, &model,
+          "the daemon's model to run it on, by name (rill server-stats lists them; default: "
+          "the daemon's default model)",
+          1, 0 },
         { "window", NULL, CLI_INT, &window,
           "tokens kept by the sliding window (0: none; -1: the server's default)", -1, 1048576 },
         { "sinks", NULL, CLI_INT, &sinks,
@@ -140,7 +144,7 @@ static int session_new(int argc, char **argv) {
     if (c == NULL) {
         return rc;
     }
-    rc = session_new_run(c, n_pos > 0 ? pos[0] : NULL, window, sinks, system);
+    rc = session_new_run(c, model, n_pos > 0 ? pos[0] : NULL, window, sinks, system);
     rill_client_destroy(&c);
     return rc;
 }
@@ -175,6 +179,9 @@ static int session_simple_run(rill_client_t *c, const char *what, const char *na
                    (long long)st.window, (long long)st.sinks, (long long)st.standing);
             if (st.held_text >= 0) {
                 printf("held_text %lld\n", (long long)st.held_text);
+            }
+            if (st.model[0] != '\0') {
+                printf("model %s\n", st.model);
             }
         }
     }
@@ -895,6 +902,20 @@ static int server_stats_run(rill_client_t *c) {
            (long long)s.free_pages, (long long)s.total_pages, (long long)s.reserved_pages,
            (long long)s.questions, (long long)s.standing_refreshes,
            (long long)s.standing_cache_hits, (long long)s.admission_rejects);
+    printf("engine_drops %lld\n", (long long)s.engine_drops);
+    /* "key value" lines like the rest: the models, the default first, then each one's figures */
+    printf("models ");
+    for (int32_t i = 0; i < s.n_models; i++) {
+        printf("%s%s", i > 0 ? "," : "", s.models[i].name);
+    }
+    printf("\n");
+    for (int32_t i = 0; i < s.n_models; i++) {
+        const rill_client_model_stats_t *m = &s.models[i];
+        printf("model.%s.sessions %lld\nmodel.%s.steps %lld\nmodel.%s.tokens_ingest %lld\n"
+               "model.%s.tokens_decode %lld\n",
+               m->name, (long long)m->sessions, m->name, (long long)m->steps, m->name,
+               (long long)m->tokens_ingest, m->name, (long long)m->tokens_decode);
+    }
     return 0;
 }
 

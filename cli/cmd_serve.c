@@ -4,12 +4,14 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <zmq.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "rill_log.h"
 #include "rill_server.h"
 
 static volatile sig_atomic_t g_stop;
@@ -66,10 +68,43 @@ static int read_config(const char *path, const cli_opt_t *opts) {
     return rc;
 }
 
+/* rilld's log: its own messages ("rilld: ...") as they are, from INFO up; the library's warnings
+ * and errors with their level (RILL_LOG sets the threshold, as for every rill command). */
+static void serve_log(void *user, rill_log_level_t level, const char *file, int line,
+                      const char *msg) {
+    bool explicit_level = user != NULL;
+    if (strncmp(msg, "rilld: ", 7) == 0) {
+        fprintf(stderr, "%s\n", msg);
+    } else if (explicit_level || level >= RILL_LOG_WARN) {
+        rill_log_to_file(NULL, level, file, line, msg);
+    }
+}
+
+/* --model FILE or NAME=FILE: NAME is what comes before the first '=' when that is a name (no
+ * '/', 1..63 bytes); otherwise the whole value is the file. */
+static int parse_model(const char *v, rill_server_model_t *out, char name[64]) {
+    const char *eq = strchr(v, '=');
+    size_t n = eq != NULL ? (size_t)(eq - v) : 0;
+    if (eq != NULL && n >= 1 && n < 64 && memchr(v, '/', n) == NULL) {
+        memcpy(name, v, n);
+        name[n] = '\0';
+        out->name = name;
+        out->path = eq + 1;
+    } else {
+        out->name = NULL;
+        out->path = v;
+    }
+    if (out->path[0] == '\0') {
+        fprintf(stderr, "rill serve: --model %s: no file\n", v);
+        return 2;
+    }
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     rill_server_params_t p = rill_server_default_params();
-    p.question_format = "\\nQuestion: %s\\nAnswer:";
-    const char *model = NULL, *config = NULL, *fsync = "everysec", *attn = "flash";
+    const char *config = NULL, *fsync = "everysec", *attn = "flash";
+    cli_list_t models = { .n = 0 };
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
             max_delay = p.max_delay_ms;
@@ -77,7 +112,10 @@ int cmd_serve(int argc, char **argv) {
     bool insecure = false;
     int n_pos = 0;
     const cli_opt_t opts[] = {
-        { "model", "-m", CLI_STRING, &model, "GGUF model (default: the default model)", 1, 0 },
+        { "model", "-m", CLI_LIST, &models,
+          "GGUF model, FILE or NAME=FILE; repeat for several (the first is the default; "
+          "without: the default model)",
+          1, 0 },
         { "config", NULL, CLI_STRING, &config,
           "read settings from a file first: 'option = value' per line (flags: 'true')", 1, 0 },
         { "listen", NULL, CLI_STRING, &p.request_ep, "ROUTER endpoint for requests", 1, 0 },
@@ -99,7 +137,9 @@ int cmd_serve(int argc, char **argv) {
         { "tick-rate", NULL, CLI_FLOAT, &tick_rate,
           "lines per second per session before ticks are aggregated into bars", 0.001, 1e6 },
         { "question-format", NULL, CLI_STRING, &p.question_format,
-          "how a question is put to the model (one %s; \\n is a newline)", 1, 0 },
+          "how a question is put to every model (one %s; \\n is a newline); default: the "
+          "model's chat template, or \"\\nQuestion: %s\\nAnswer:\" without one",
+          1, 0 },
         { "max-delay-ms", NULL, CLI_INT, &max_delay,
           "bound on a step, hence on a waiting question's delay (0: none)", 0, 1e6 },
         { "hwm", NULL, CLI_INT, &hwm, "high-water mark of both sockets (messages)", 1, 1e7 },
@@ -126,9 +166,23 @@ int cmd_serve(int argc, char **argv) {
     if (rc != 0) {
         return rc == 1 ? 0 : rc;
     }
-    p.model_path = model != NULL ? model : cli_default_model();
-    if (p.model_path == NULL) {
-        return 1;
+    static char names[RILL_SERVER_MAX_MODELS][64];
+    if (models.n > RILL_SERVER_MAX_MODELS) {
+        fprintf(stderr, "rill serve: at most %d --model\n", RILL_SERVER_MAX_MODELS);
+        return 2;
+    }
+    for (int i = 0; i < models.n; i++) {
+        if (parse_model(models.v[i], &p.models[i], names[i]) != 0) {
+            return 2;
+        }
+    }
+    p.n_models = models.n;
+    if (p.n_models == 0) {
+        p.models[0] = (rill_server_model_t){ .name = NULL, .path = cli_default_model() };
+        if (p.models[0].path == NULL) {
+            return 1;
+        }
+        p.n_models = 1;
     }
     if (strcmp(fsync, "always") == 0) {
         p.fsync = RILL_SESSION_FSYNC_ALWAYS;
@@ -154,10 +208,10 @@ int cmd_serve(int argc, char **argv) {
     p.max_delay_ms = max_delay;
     p.tick_rate = tick_rate;
     p.insecure_bind = insecure;
-    /* the format may spell newlines as \n (the default does, so --help shows it on one line) */
+    /* the format may spell newlines as \n (so --help and config files show it on one line) */
     static char qfmt[1024];
     size_t qn = 0;
-    for (const char *c = p.question_format; *c != '\0' && qn + 1 < sizeof qfmt; c++) {
+    for (const char *c = p.question_format; c != NULL && *c != '\0' && qn + 1 < sizeof qfmt; c++) {
         if (c[0] == '\\' && c[1] == 'n') {
             qfmt[qn++] = '\n';
             c++;
@@ -166,8 +220,8 @@ int cmd_serve(int argc, char **argv) {
         }
     }
     qfmt[qn] = '\0';
-    p.question_format = qfmt;
-    if (strstr(p.question_format, "%s") == NULL) {
+    p.question_format = p.question_format != NULL ? qfmt : NULL;
+    if (p.question_format != NULL && strstr(p.question_format, "%s") == NULL) {
         fprintf(stderr, "rill serve: --question-format needs a %%s for the question\n");
         return 2;
     }
@@ -177,6 +231,11 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    const char *lvl = getenv("RILL_LOG");
+    rill_log_set(serve_log, (void *)lvl);
+    if (lvl == NULL) {
+        rill_log_set_level(RILL_LOG_INFO); /* rilld's own messages; the library's from WARN */
+    }
     return rill_server_run(&p, &g_stop);
 }
 

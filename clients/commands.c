@@ -48,6 +48,12 @@ static rill_err_t session_call(rill_client_t *c, const char *cmd, const char *se
 
 rill_err_t rill_client_session_create(rill_client_t *c, const char *name, int64_t window,
                                       int64_t sinks, const char *system, const char **session) {
+    return rill_client_session_create_on(c, NULL, name, window, sinks, system, session);
+}
+
+rill_err_t rill_client_session_create_on(rill_client_t *c, const char *model, const char *name,
+                                         int64_t window, int64_t sinks, const char *system,
+                                         const char **session) {
     if (c == NULL) {
         return RILL_EINVAL;
     }
@@ -55,14 +61,22 @@ rill_err_t rill_client_session_create(rill_client_t *c, const char *name, int64_
     if (name != NULL && !rill__client_name_ok(c, name)) {
         return RILL_EINVAL;
     }
+    if (model != NULL && (strlen(model) > 63 || !rill__client_name_ok(c, model))) {
+        return rill__client_fail(c, RILL_EINVAL,
+                                 "model name '%.80s': 1..63 bytes of [A-Za-z0-9_.-]", model);
+    }
     if (window < -1 || sinks < -1) {
         return rill__client_fail(c, RILL_EINVAL, "window and sinks are >= 0, or -1 (default)");
     }
     msgpack_packer pk;
     rill__client_args(c, &pk,
-                      (size_t)((name != NULL) + (window >= 0) + (sinks >= 0) + (system != NULL)));
+                      (size_t)((name != NULL) + (window >= 0) + (sinks >= 0) + (system != NULL) +
+                               (model != NULL)));
     if (name != NULL) {
         pack_kv_str(&pk, "session", name);
+    }
+    if (model != NULL) {
+        pack_kv_str(&pk, "model", model);
     }
     if (window >= 0) {
         pack_kv_u64(&pk, "window", (uint64_t)window);
@@ -146,6 +160,11 @@ rill_err_t rill_client_session_stats(rill_client_t *c, const char *session,
         return bad_result(c, "session.stats", "a field is missing or not an integer");
     }
     rill__client_i64(rill__client_get(r, "held_text"), &s.held_text); /* optional */
+    const char *model = NULL;
+    size_t model_len = 0;
+    if (rill__client_str(&c->rzone, rill__client_get(r, "model"), &model, &model_len)) {
+        snprintf(s.model, sizeof s.model, "%.*s", (int)model_len, model); /* optional */
+    }
     if (out != NULL) {
         *out = s;
     }
@@ -427,6 +446,38 @@ rill_err_t rill_client_standing_list(rill_client_t *c, const char *session,
     return RILL_OK;
 }
 
+/* server.stats' optional "models" list into s (at most RILL_CLIENT_MAX_MODELS kept). */
+static bool models_of(rill_client_t *c, const msgpack_object *o, rill_client_server_stats_t *s) {
+    if (o == NULL) {
+        return true; /* an older server */
+    }
+    if (o->type != MSGPACK_OBJECT_ARRAY) {
+        return false;
+    }
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+        const msgpack_object *m = &o->via.array.ptr[i];
+        if (m->type != MSGPACK_OBJECT_MAP) {
+            return false;
+        }
+        const char *name = NULL;
+        size_t len = 0;
+        rill_client_model_stats_t ms;
+        memset(&ms, 0, sizeof ms);
+        if (!rill__client_str(&c->rzone, rill__client_get(m, "name"), &name, &len) ||
+            !rill__client_i64(rill__client_get(m, "sessions"), &ms.sessions) ||
+            !rill__client_i64(rill__client_get(m, "steps"), &ms.steps) ||
+            !rill__client_i64(rill__client_get(m, "tokens_ingest"), &ms.tokens_ingest) ||
+            !rill__client_i64(rill__client_get(m, "tokens_decode"), &ms.tokens_decode)) {
+            return false;
+        }
+        snprintf(ms.name, sizeof ms.name, "%.*s", (int)len, name);
+        if (s->n_models < RILL_CLIENT_MAX_MODELS) {
+            s->models[s->n_models++] = ms;
+        }
+    }
+    return true;
+}
+
 rill_err_t rill_client_server_stats(rill_client_t *c, rill_client_server_stats_t *out) {
     if (c == NULL) {
         return RILL_EINVAL;
@@ -464,6 +515,7 @@ rill_err_t rill_client_server_stats(rill_client_t *c, rill_client_server_stats_t
         F_(standing_refreshes),
         F_(standing_cache_hits),
         F_(admission_rejects),
+        F_(engine_drops),
 #undef F_
     };
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
@@ -477,6 +529,9 @@ rill_err_t rill_client_server_stats(rill_client_t *c, rill_client_server_stats_t
     if ((busy != NULL && !rill__client_f64(busy, &s.busy_ms)) ||
         (idle != NULL && !rill__client_f64(idle, &s.idle_ms))) {
         return bad_result(c, "server.stats", "busy_ms / idle_ms not a number");
+    }
+    if (!models_of(c, rill__client_get(&c->result, "models"), &s)) {
+        return bad_result(c, "server.stats", "models: not a list of model maps");
     }
     if (out != NULL) {
         *out = s;

@@ -120,6 +120,13 @@ rill_client_stats_t rill_client_stats(const rill_client_t *c);
 rill_err_t rill_client_session_create(rill_client_t *c, const char *name, int64_t window,
                                       int64_t sinks, const char *system, const char **session);
 
+/* As rill_client_session_create(), on the daemon's model named model (NULL: its default; the
+ * names are in rill_client_server_stats' models). Errors: those above, RILL_ENOTFOUND (no such
+ * model), RILL_EINVAL (a malformed model name, checked before sending). */
+rill_err_t rill_client_session_create_on(rill_client_t *c, const char *model, const char *name,
+                                         int64_t window, int64_t sinks, const char *system,
+                                         const char **session);
+
 /* session.close: the session's open questions end with RILL_ECANCELED, its files are removed.
  * Errors: RILL_ENOTFOUND, RILL_EPERM, and those at the top. */
 rill_err_t rill_client_session_close(rill_client_t *c, const char *session);
@@ -139,6 +146,7 @@ typedef struct rill_client_session_stats {
     int64_t sinks;      /* sink tokens */
     int64_t standing;   /* standing queries registered */
     int64_t held_text;  /* bytes of text held back at an unstable end (-1: not reported) */
+    char model[64];     /* the model it is on ("": not reported) */
 } rill_client_session_stats_t;
 
 /* session.stats. Errors: RILL_ENOTFOUND, RILL_EPERM, and those at the top. */
@@ -240,13 +248,24 @@ rill_err_t rill_client_standing_list(rill_client_t *c, const char *session,
 
 /* ---- the server --------------------------------------------------------------------------- */
 
+/* One model of the daemon (server.stats' "models"). */
+typedef struct rill_client_model_stats {
+    char name[64];
+    int64_t sessions, steps, tokens_ingest, tokens_decode;
+} rill_client_model_stats_t;
+
+#define RILL_CLIENT_MAX_MODELS 8
+
 typedef struct rill_client_server_stats {
     int64_t sessions, requests, bad_requests, events, event_drops, reply_drops;
+    int64_t engine_drops; /* answer-token events the daemon's full event queue dropped */
     int64_t steps;
     double busy_ms, idle_ms;
     int64_t tokens_decode, tokens_prefill, tokens_ingest, tokens_standing;
     int64_t free_pages, total_pages, reserved_pages;
     int64_t questions, standing_refreshes, standing_cache_hits, admission_rejects;
+    int32_t n_models; /* the loaded models, the default first (0 from an older server) */
+    rill_client_model_stats_t models[RILL_CLIENT_MAX_MODELS];
 } rill_client_server_stats_t;
 
 /* server.stats. Fields the server does not send are 0; fields this client does not know are

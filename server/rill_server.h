@@ -2,10 +2,16 @@
  * rill_server.h - rilld: the daemon that serves sessions over ZeroMQ (DESIGN.md section 6; the
  * wire contract is docs/protocol.md).
  *
- * rill_server_run() loads the model, starts the scheduler (scheduler/rill_scheduler.h), restores
- * the sessions of the state directory, binds a ROUTER socket for requests and an XPUB socket for
- * events, and serves until *stop becomes non-zero (a signal handler sets it); then it stops
- * taking requests, snapshots every session, closes their logs and returns.
+ * rill_server_run() loads its models (one or more, e.g. a speech recognizer and a language model;
+ * each gets its own KV pool, all share one backend), starts the scheduler over them
+ * (scheduler/rill_scheduler.h), restores the sessions of the state directory, binds a ROUTER
+ * socket for requests and an XPUB socket for events, and serves until *stop becomes non-zero (a
+ * signal handler sets it); then it stops taking requests, snapshots every session, closes their
+ * logs and returns. Every command is carried out once, by a transport-neutral command layer
+ * behind the front doors (ZeroMQ today), which also checks ownership.
+ *
+ * Messages (start-up, restored sessions, errors) go through rill_log (core/rill_log.h) with the
+ * prefix "rilld: "; the program installs the sink.
  *
  * Threads: the calling thread runs the socket loop (all ZeroMQ sockets live there); the
  * scheduler's engine thread runs the model and hands answer tokens back through a queue the
@@ -27,10 +33,21 @@
 extern "C" {
 #endif
 
+/* Most models one daemon loads. */
+#define RILL_SERVER_MAX_MODELS 8
+
+typedef struct rill_server_model {
+    const char *name; /* 1..63 bytes of [A-Za-z0-9_.-], unique; NULL: the file's name without
+                         its directory and ".gguf", other characters turned into '_' */
+    const char *path; /* GGUF file */
+} rill_server_model_t;
+
 typedef struct rill_server_params {
-    const char *model_path;      /* GGUF file (required) */
+    rill_server_model_t models[RILL_SERVER_MAX_MODELS]; /* models[0] is the default: sessions
+                                                           created without a model use it */
+    int32_t n_models;                                   /* 1..RILL_SERVER_MAX_MODELS */
     int32_t threads;             /* compute threads; 0 (default): one per CPU */
-    int64_t kv_cells;            /* KV budget in token cells; default 65536 */
+    int64_t kv_cells;            /* KV budget of each model's pool in token cells; default 65536 */
     const char *request_ep;      /* default "tcp://127.0.0.1:7781" */
     const char *event_ep;        /* default "tcp://127.0.0.1:7782" */
     const char *curve_dir;       /* CURVE keys (docs/protocol.md, Security); NULL: none */
@@ -38,7 +55,11 @@ typedef struct rill_server_params {
     const char *state_dir;       /* logs, snapshots, metadata; default "rill-state" */
     int32_t hwm;                 /* send high-water mark of both sockets; default 10000 */
     int64_t max_msg;             /* largest request frame; default 1 MiB */
-    const char *question_format; /* printf format with one %s; default "\nQuestion: %s\nAnswer:" */
+    const char *question_format; /* how a question is put to a model: NULL (default) renders it
+                                    as a user turn of the model's chat template where rill has
+                                    one for it (model/rill_chat.h) and uses
+                                    RILL_SERVER_QUESTION_FORMAT otherwise; a format with one %s
+                                    is used for every model */
     double tick_rate;            /* lines per second per session before ticks become bars;
                                     default 20 */
     int32_t default_window;      /* window of a session created without one; default 2048 */
@@ -53,7 +74,10 @@ typedef struct rill_server_params {
                                     non-flash bits) */
 } rill_server_params_t;
 
-/* Defaults as documented per field (model_path NULL). */
+/* The fixed question format (an answer ends at a blank line or a new "Question:"). */
+#define RILL_SERVER_QUESTION_FORMAT "\nQuestion: %s\nAnswer:"
+
+/* Defaults as documented per field (no models). */
 rill_server_params_t rill_server_default_params(void);
 
 /* Runs the daemon until *stop != 0. Messages go to stderr (start-up mode, errors). Returns 0

@@ -1,10 +1,285 @@
 /*
  * server_internal.h - the parts of server/ shared between its files. Private to the module.
+ *
+ * The files, one job each:
+ *   server.c    rill_server_run: start-up, the socket thread's poll loop, shutdown
+ *   models.c    the model registry: every --model loaded once (tokenizer, chat template,
+ *               forward, session pool) over one backend
+ *   commands.c  the transport-neutral command layer: a request frame in (decoded and checked by
+ *               wire/'s rill_proto_decode), ownership checked, the command carried out through
+ *               the scheduler, its reply and events encoded once and handed to the door the
+ *               request came through (replies) or to every door (events)
+ *   queries.c   questions and standing queries: putting them to the model (chat template or the
+ *               fixed format), their answers as tokens arrive and when they end
+ *   events.c    the engine thread's callbacks and the bounded queue that carries their events
+ *               to the socket thread
+ *   state.c     the state directory: session metadata, standing queries, restore at start-up
+ *   door_zmq.c  the ZeroMQ front door: ROUTER requests, XPUB events, CURVE subscriptions
+ *   auth.c      CURVE keys and the ZAP handler
+ *
+ * Threads: everything in srv_t belongs to the socket thread, except the event queue (events.c:
+ * the engine thread is its only producer) and the scheduler (thread-safe).
  */
 #ifndef RILL_SERVER_INTERNAL_H
 #define RILL_SERVER_INTERNAL_H
 
+#include <msgpack.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "rill_chat.h"
+#include "rill_forward.h"
+#include "rill_market.h"
+#include "rill_model.h"
+#include "rill_proto.h"
+#include "rill_ring.h"
+#include "rill_scheduler.h"
+#include "rill_server.h"
+#include "rill_tokenizer.h"
+
+#define SRV_OWNER_LEN 41  /* Z85 public key + NUL; "" for the anonymous owner */
+#define SRV_ADDR_MAX  264 /* bytes of a door's reply address */
+#define SRV_MAX_TICKS 4096
+
+typedef struct srv srv_t;
+typedef struct srv_door srv_door_t;
+
+/* Where a reply goes: the door a request came through and an address only that door reads
+ * (ZeroMQ: the peer's routing identity and whether it sent a delimiter frame). */
+typedef struct srv_addr {
+    srv_door_t *door;
+    size_t len;
+    unsigned char b[SRV_ADDR_MAX];
+} srv_addr_t;
+
+/* A front door. Replies and events are encoded once, as msgpack (the protocol's own encoding,
+ * docs/protocol.md); a door sends them as they are or re-encodes them for its transport. */
+struct srv_door {
+    const char *name;
+    /* Sends the encoded reply buf[0, len) to `to`. Never blocks; a reply it cannot send is
+     * counted in srv_t.reply_drops. */
+    void (*reply)(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void *buf, size_t len);
+    /* Publishes the encoded event buf[0, len) under topic "<session>/<kind>". Never blocks; an
+     * event it cannot send is counted in srv_t.event_drops. */
+    void (*publish)(srv_t *s, srv_door_t *d, const char *topic, const void *buf, size_t len);
+};
+
+/* One request as the command layer sees it: who sent it and where its reply goes. */
+typedef struct srv_call {
+    srv_addr_t from;
+    const char *owner; /* the caller's owner name ("" anonymous); checked against sessions */
+} srv_call_t;
+
+/* ---- models.c ----------------------------------------------------------------------------- */
+
+typedef struct srv_model {
+    char name[RILL_SCHED_MODEL_NAME];
+    const char *path;
+    rill_model_t *model;
+    rill_tokenizer_t *tok;
+    rill_chat_t *chat; /* NULL: the model has no chat template rill renders */
+    rill_forward_t *fw;
+    rill_session_pool_t *pool;
+} srv_model_t;
+
+/* Loads every model of s->p over one backend and starts the scheduler over their pools.
+ * 0, or -1 with the reason logged. */
+int srv_models_start(srv_t *s);
+
+/* Stops the scheduler and frees the models (after the sessions' snapshots). */
+void srv_models_stop(srv_t *s);
+
+/* The index of the model named name[0, len), or -1. */
+int32_t srv_model_find(const srv_t *s, const char *name, size_t len);
+
+/* ---- sessions and queries ------------------------------------------------------------------ */
+
+typedef struct srv_sess {
+    struct srv_sess *next;
+    char name[RILL_PROTO_MAX_NAME + 1];
+    char owner[SRV_OWNER_LEN];
+    int32_t model; /* index in s->models */
+    rill_sched_sid_t sid;
+    int32_t window, sinks;
+    rill_market_gov_t *gov;
+    uint64_t seq_token, seq_answer, seq_standing; /* per-topic event numbers */
+} srv_sess_t;
+
+/* An ask or standing query waiting on the engine. */
+typedef struct pend {
+    struct pend *next;
+    rill_sched_rid_t rid;
+    bool standing;
+    srv_sess_t *sess;
+    srv_addr_t to; /* ask: where the reply goes */
+    uint64_t req_id;
+    char question[512]; /* for display, cut at a character boundary within 511 bytes */
+    char *qtext;        /* standing: the whole question and its answer limit, as persisted */
+    size_t qlen;
+    int32_t n_max;
+    bool fixed_format; /* put in the fixed question format: the answer ends at a blank line */
+    bool unlisted;     /* standing: being unregistered (left out of the state file) */
+    rill_tokenizer_stream_t stream;
+    char *answer; /* ask: the text streamed so far */
+    size_t answer_len, answer_cap;
+    bool cut; /* ask: the answer ended (fixed format) and the rest was cancelled */
+} pend_t;
+
+/* A closed session's name and owner (CURVE): an XPUB subscription cannot be taken back from
+ * its subscriber, so the name stays its owner's until rilld restarts. */
+typedef struct tomb {
+    struct tomb *next;
+    char name[RILL_PROTO_MAX_NAME + 1];
+    char owner[SRV_OWNER_LEN];
+} tomb_t;
+
+/* ---- events.c: engine -> socket thread ----------------------------------------------------- */
+
+/* A finished answer (one per answer: never dropped). */
+typedef struct srv_done {
+    struct srv_done *next;
+    rill_sched_rid_t rid;
+    rill_sched_answer_t a; /* tokens and message point into the record */
+    int32_t *tokens;
+    char message[200];
+} srv_done_t;
+
+/* An answer token. */
+typedef struct srv_tok {
+    rill_sched_rid_t rid;
+    int32_t token;
+} srv_tok_t;
+
+#define SRV_TOKEN_RING 8192
+
+/* ---- the server ---------------------------------------------------------------------------- */
+
+struct srv {
+    rill_server_params_t p;
+    srv_model_t models[RILL_SERVER_MAX_MODELS];
+    int32_t n_models;
+    rill_backend_t *be;
+    rill_sched_t *sch;
+    rill_proto_dec_t *dec;
+    rill_tick_decoder_t *tdec;
+    rill_tick_t *ticks; /* [SRV_MAX_TICKS] */
+    srv_sess_t *sessions;
+    tomb_t *tombs;
+    pend_t *pends;
+    uint64_t next_name;
+    msgpack_sbuffer out; /* the reply or event being encoded */
+    srv_door_t *doors[2];
+    int n_doors;
+    void *zmq; /* door_zmq.c's state */
+    bool curve;
+    /* the event queue (events.c) */
+    int efd;
+    rill_ring_t tok_ring;          /* engine -> socket: answer tokens (bounded) */
+    _Atomic(srv_done_t *) dones;   /* engine -> socket: finished answers, newest first */
+    atomic_int signalled;          /* the socket thread has been woken and not drained yet */
+    _Atomic(int64_t) engine_drops; /* tokens the full ring refused */
+    /* counters */
+    int64_t requests, bad_requests, events, event_drops, reply_drops;
+    int64_t asks_cut; /* asks answered by their end (fixed format) and cancelled in the engine */
+};
+
+/* ---- commands.c ---------------------------------------------------------------------------- */
+
+/* Carries out one request frame buf[0, len) from c and sends its reply (now, or when its
+ * answer is complete). */
+void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len);
+
+/* Encoding into s->out. A reply is {v, id, status, message, result}: reply_begin packs all
+ * but the result's value, which the caller packs, then srv_reply_send sends it. */
+void srv_reply_begin(srv_t *s, msgpack_packer *pk, uint64_t id, rill_err_t st, const char *message);
+void srv_reply_send(srv_t *s, const srv_addr_t *to);
+/* A reply with status err, message msg and a nil result, sent at once. */
+void srv_reply_err(srv_t *s, const srv_addr_t *to, uint64_t id, rill_err_t err, const char *msg);
+
+/* An event {v, seq, session, kind, ...n_fields more}: the caller packs the fields, then
+ * srv_publish hands it to every door under "<session>/<kind>". */
+void srv_event_begin(srv_t *s, msgpack_packer *pk, int n_fields, uint64_t seq, const srv_sess_t *x,
+                     const char *kind);
+void srv_publish(srv_t *s, const srv_sess_t *x, const char *kind);
+
+/* Strings: always valid UTF-8 on the wire (rill_msgpack_pack_str escapes what is not). */
+void srv_pk_str(msgpack_packer *pk, const char *str);
+void srv_pk_strn(msgpack_packer *pk, const char *str, size_t n);
+void srv_pk_kv_int(msgpack_packer *pk, const char *k, int64_t v);
+void srv_pk_kv_str(msgpack_packer *pk, const char *k, const char *v);
+void srv_pk_kv_dbl(msgpack_packer *pk, const char *k, double v);
+
+srv_sess_t *srv_find_sess(srv_t *s, const char *name, size_t len);
+void srv_link_sess(srv_t *s, srv_sess_t *x);
+/* A new session record (its rate governor made); NULL when out of memory. */
+srv_sess_t *srv_new_sess(srv_t *s);
+void srv_free_sess(srv_sess_t *x);
+
+/* ---- queries.c ----------------------------------------------------------------------------- */
+
+/* Puts question q to p's session (standing false: an ask, true: a standing query), n_max
+ * answer tokens; on success p->rid is set and p is linked into s->pends. On failure nothing is
+ * linked and *why says which step failed. */
+rill_err_t srv_submit_query(srv_t *s, pend_t *p, const rill_proto_str_t *q, int32_t n_max,
+                            const char **why);
+pend_t *srv_find_pend(srv_t *s, rill_sched_rid_t rid);
+void srv_drop_pend(srv_t *s, pend_t *p);
+
+/* The commands ask / standing.register (standing true), standing.unregister, standing.list
+ * on the caller's session x. */
+void srv_cmd_ask(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x,
+                 bool standing);
+void srv_cmd_unregister(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x);
+void srv_cmd_standing_list(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x);
+
+/* The socket thread's side of an answer token and of a finished answer. */
+void srv_on_token(srv_t *s, pend_t *p, int32_t token);
+void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e);
+
+/* ---- events.c ------------------------------------------------------------------------------ */
+
+/* The queue and its eventfd (the socket thread polls it). 0, or -1 when out of memory. */
+int srv_events_init(srv_t *s);
+void srv_events_deinit(srv_t *s);
+
+/* The scheduler's callbacks (engine thread); user is the srv_t. */
+void srv_cb_token(void *user, rill_sched_rid_t rid, int32_t token);
+void srv_cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a);
+
+/* Hands every queued event to queries.c, tokens before the answers they belong to. Socket
+ * thread; call when the eventfd is readable, and after a blocking scheduler call that ends
+ * requests (close, unregister) before dropping their records. */
+void srv_events_drain(srv_t *s);
+
+/* ---- state.c ------------------------------------------------------------------------------- */
+
+/* out = "<state_dir>/<name><ext>". */
+void srv_state_path(const srv_t *s, const char *name, const char *ext, char *out, size_t cap);
+
+/* The session's metadata file: "owner window sinks model". */
+rill_err_t srv_write_meta(srv_t *s, const srv_sess_t *x);
+
+/* The session's standing queries (replaced atomically; removed when it has none). */
+rill_err_t srv_write_standing(srv_t *s, const srv_sess_t *x);
+
+/* Removes every state file of session `name`. */
+void srv_remove_files(srv_t *s, const char *name);
+
+/* Restores every session of the state directory (start-up). */
+void srv_restore_all(srv_t *s);
+
+/* ---- door_zmq.c ---------------------------------------------------------------------------- */
+
+/* Creates the ZeroMQ context, sockets (CURVE when configured) and binds them; registers the
+ * door. 0, or -1 with the reason logged. */
+int srv_zmq_start(srv_t *s);
+void srv_zmq_stop(srv_t *s);
+
+/* Waits up to timeout_ms for a request, a subscription or an engine event, and handles what
+ * came. -1 on a poll error other than EINTR. */
+int srv_zmq_poll(srv_t *s, int timeout_ms);
 
 /* ---- auth.c: CURVE keys and the ZAP handler ------------------------------------------------ */
 

@@ -8,10 +8,14 @@ if(EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
 else()
     set(RILL_SERVER_TEST_PYTHON ${Python3_EXECUTABLE})
 endif()
-foreach(t commands malformed curve slow_subscriber restart config)
+foreach(t commands malformed curve slow_subscriber restart config models replace)
     add_test(NAME test_server_${t}
              COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server.py
                      $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})
     set_tests_properties(test_server_${t} PROPERTIES TIMEOUT 300 LABELS "integration"
                          SKIP_RETURN_CODE 77)
 endforeach()
+# The engine-to-socket event queue of rilld (server/events.c), through the module's private
+# header, with a fake front door.
+rill_test(test_server_events SOURCES test_server_events.c LIBS rill_server PkgConfig::MSGPACK
+          LABELS "unit;concurrency")

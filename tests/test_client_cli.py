@@ -172,6 +172,9 @@ def main():
         assert "ETIMEDOUT" in e and "no connection" in e, e
         st = dict(line.split() for line in run("server-stats", *o).stdout.splitlines())
         assert int(st["requests"]) > 0 and int(st["total_pages"]) > 0, st
+        (model,) = st["models"].split(",")  # one model: the daemon's default
+        assert int(st[f"model.{model}.sessions"]) == int(st["sessions"]), st
+        assert int(st["engine_drops"]) == 0, st
 
     def t_ingest_and_ask():
         text = "Alice lives in Paris. Bob lives in Rome. Alice likes to swim."

@@ -12,6 +12,7 @@ pyzmq and msgpack (the project's .venv: scripts/setup.sh) and the default model
 'N passed, N failed' last.
 """
 import os
+import re
 import random
 import shutil
 import signal
@@ -34,6 +35,8 @@ RILL, SRC = sys.argv[1], sys.argv[2]
 ONLY = sys.argv[3:]
 MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
                                                       "SmolLM2-135M-Instruct.Q4_1.gguf")
+# rilld names a model given as a bare FILE by the file's name without ".gguf" (rill_server.h)
+MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
 RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
 ERRORS = {"EFORMAT", "ERANGE", "EINVAL", "EUNSUPPORTED"}
 FACTS = ("The capital of France is Paris. The sky is blue. Bob is 42 years old. "
@@ -257,11 +260,11 @@ def t_commands():
         system = "You are a careful assistant. Answer with a few words."
         assert c.call("session.list") == []
         assert c.call("session.create", session="alpha", window=512, sinks=8,
-                      system=system) == {"session": "alpha"}
+                      system=system) == {"session": "alpha", "model": MODEL_NAME}
         ingested = stats(c)["tokens_ingest"]
         assert ingested > 0, ingested  # the system prompt, evaluated once
         assert c.call("session.create", session="beta", window=512, sinks=8,
-                      system=system) == {"session": "beta"}
+                      system=system) == {"session": "beta", "model": MODEL_NAME}
         st = stats(c)
         assert st["tokens_ingest"] == ingested, ("a shared prompt was evaluated again", st)
         a, b = c.call("session.stats", session="alpha"), c.call("session.stats", session="beta")
@@ -748,7 +751,8 @@ def t_curve():
         with Rilld(os.path.join(tmp, "state"), "--curve-keys", keys) as d:
             assert "CURVE" in d.log(), d.log()
             a, b = Client(d, ca), Client(d, cb)
-            assert a.call("session.create", session="A-session") == {"session": "A-session"}
+            assert a.call("session.create", session="A-session") == {"session": "A-session",
+                                                                       "model": MODEL_NAME}
             a.call("ingest.text", session="A-session", text=FACTS, flush=True)
             assert b.call("session.list") == [] and a.call("session.list") == ["A-session"]
             for cmd, args in [("ingest.text", {"text": "x", "flush": True}),
@@ -1101,6 +1105,118 @@ def t_config():
         d.start(expect_exit=True)
         assert d.proc.wait(30) != 0, "rilld accepted a bad config line"
         assert "no-such-option" in d.log(), d.log()
+
+
+def t_replace():
+    """ingest.replace: from a version on the text is another, the answer follows it, the log
+    keeps it across a restart, and bad versions are refused without changing anything."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Rilld(os.path.join(tmp, "state"))
+        try:
+            d.start()
+            c = Client(d)
+            c.call("session.create", session="asr", window=0)
+            v1 = c.call("ingest.text", session="asr",
+                        text="The station is called Nordholm.\n")["version"]
+            v2 = c.call("ingest.text", session="asr", text="The wind is from the west.\n",
+                        flush=True)["version"]
+            assert v2 > v1, (v1, v2)  # flush is an input of its own
+            before = settled_stats(c, "asr")
+            vr = c.call("ingest.replace", session="asr", from_version=v1,
+                        text="The station is called Kastrup.\n")["version"]
+            assert vr == v2 + 1, (v2, vr)
+            # the new text's unstable end is held back like any text's until a flush
+            assert settled_stats(c, "asr")["held_text"] > 0
+            vf = c.call("ingest.text", session="asr", text="", flush=True)["version"]
+            assert vf == vr + 1, (vr, vf)
+            st = settled_stats(c, "asr")
+            assert st["version"] == vf and st["n_seen"] < before["n_seen"], (before, st)
+            q = "What is the station called?"
+            a = c.call("ask", session="asr", question=q, max_tokens=16)
+            assert "Kastrup" in a["answer"] and "Nordholm" not in a["answer"], a
+            assert a["version"] == vf, a
+            # refused, nothing changed
+            assert c.err("ingest.replace", session="asr", from_version=vf + 5, text="x") == "EINVAL"
+            assert c.err("ingest.replace", session="asr", from_version=0, text="x") == "ERANGE"
+            assert c.err("ingest.replace", session="asr", from_version=1) == "EINVAL"
+            assert c.err("ingest.replace", session="nope", from_version=1, text="x") == "ENOTFOUND"
+            assert settled_stats(c, "asr") == st
+            c.close()
+            d.stop()
+            d.start()  # replayed from the log
+            c = Client(d)
+            st2 = settled_stats(c, "asr")
+            assert (st2["version"], st2["n_seen"]) == (st["version"], st["n_seen"]), (st, st2)
+            a = c.call("ask", session="asr", question=q, max_tokens=16)
+            assert "Kastrup" in a["answer"], a
+            c.close()
+        finally:
+            d.kill()
+
+
+def t_models():
+    """Several models in one daemon: server.stats lists them, sessions are created on a named
+    model (the first given is the default), their work is counted on their model, a missing or
+    malformed model name is refused, a restart restores each session into its model and skips
+    one whose model is gone; questions use the chat template where the model has one."""
+    tiny = os.path.join(SRC, "tests", "data", "models", "rill-tiny-qwen2-F32.gguf")
+    if not os.path.exists(tiny):
+        raise AssertionError(f"{tiny} is missing (scripts/test.sh generates it)")
+    with tempfile.TemporaryDirectory() as tmp:
+        state = os.path.join(tmp, "state")
+        d = Rilld(state, "--model", f"tiny={tiny}")
+        try:
+            d.start()
+            log = d.log()
+            assert f"model {MODEL_NAME} (default): {MODEL}, questions chatml" in log, log
+            assert f"model tiny: {tiny}, questions chatml" in log, log
+            c = Client(d)
+            models = c.call("server.stats")["models"]
+            assert [m["name"] for m in models] == [MODEL_NAME, "tiny"], models
+            assert models[1]["file"] == tiny and models[0]["chat_template"] == "chatml", models
+            assert c.call("session.create", session="big") == {"session": "big",
+                                                              "model": MODEL_NAME}
+            assert c.call("session.create", session="small", model="tiny",
+                          window=0) == {"session": "small", "model": "tiny"}
+            assert c.call("session.stats", session="small")["model"] == "tiny"
+            assert c.call("session.stats", session="big")["model"] == MODEL_NAME
+            assert c.err("session.create", session="x", model="nope") == "ENOTFOUND"
+            assert c.err("session.create", session="x", model="bad name!") == "EINVAL"
+            assert c.err("session.create", session="x", model=7) == "EFORMAT"
+            assert "x" not in c.call("session.list")
+            c.call("ingest.text", session="small", text="a b c d e f g h\n", flush=True)
+            st = settled_stats(c, "small")
+            assert st["n_seen"] > 0, st
+            models = c.call("server.stats")["models"]
+            assert models[1]["tokens_ingest"] == st["n_seen"], (models, st)
+            assert models[0]["tokens_ingest"] == 0, models
+            assert (models[0]["sessions"], models[1]["sessions"]) == (1, 1), models
+            a = c.call("ask", session="small", question="what?", max_tokens=4)
+            assert a["tokens"] >= 1, a
+            c.call("ingest.text", session="big", text=FACTS, flush=True)
+            a = c.call("ask", session="big", question="How old is Bob?", max_tokens=16)
+            assert "42" in a["answer"], a  # the chat template's user turn: a direct answer
+            c.close()
+            d.stop()
+            d.start()
+            c = Client(d)
+            assert sorted(c.call("session.list")) == ["big", "small"], d.log()
+            assert c.call("session.stats", session="small")["model"] == "tiny"
+            c.close()
+            d.stop()
+            # without the tiny model: its session waits, files kept; a --question-format wins
+            # over chat templates
+            d = Rilld(state, "--question-format", "Q: %s\\nA:")
+            d.start()
+            assert f"model {MODEL_NAME} (default): {MODEL}, questions in the fixed format" in \
+                d.log(), d.log()
+            c = Client(d)
+            assert c.call("session.list") == ["big"], d.log()
+            assert "session small is on model tiny, which is not loaded" in d.log(), d.log()
+            assert os.path.exists(os.path.join(state, "small.meta"))
+            c.close()
+        finally:
+            d.kill()
 
 
 def main():
