@@ -40,6 +40,7 @@
 #include "rill_alloc.h"
 #include "rill_curve.h"
 #include "rill_log.h"
+#include "rill_rand.h"
 #include "rill_msgpack.h"
 
 #define ZONE_CHUNK 8192
@@ -255,13 +256,6 @@ static rill_err_t load_key(const char *spec, const char *what, char out[41], cha
 
 /* ---- life ---------------------------------------------------------------------------------- */
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static int sock_opts(rill_client_t *c, void *s, const rill_client_params_t *p, const char *keys) {
     int zero = 0, one = 1, hb_ivl = 2000, hb_to = 6000;
     int64_t maxmsg = p->max_msg;
@@ -322,9 +316,8 @@ rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **o
     c->max_request = p.max_request;
     c->queue_cap = p.event_queue;
     c->curve = n_keys == 3;
-    c->next_id = (UINT64_C(1) << 40) +
-                 mix64(rill_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c) %
-                     (UINT64_C(1) << 61);
+    uint64_t seed = rill_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)c;
+    c->next_id = (UINT64_C(1) << 40) + rill_rand_splitmix64(&seed) % (UINT64_C(1) << 61);
     msgpack_sbuffer_init(&c->buf);
     msgpack_sbuffer_init(&c->args);
     msgpack_sbuffer_init(&c->out);

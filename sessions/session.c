@@ -41,6 +41,7 @@
 
 #include "rill_alloc.h"
 #include "rill_log.h"
+#include "rill_rand.h"
 #include "session_internal.h"
 
 static int32_t ceil_div(int64_t a, int32_t b) {
@@ -53,17 +54,13 @@ rill_session_params_t rill_session_default_params(void) {
     return p;
 }
 
-/* A 64-bit identity unlikely to repeat across processes and time (splitmix64 of the clock, the
- * process id, an address and a counter). Never 0. */
+/* A 64-bit identity unlikely to repeat across processes and time (a splitmix64 step,
+ * core/rill_rand.h, of the clock, the process id, an address and a counter). Never 0. */
 static uint64_t new_uid(const void *salt) {
     static _Atomic uint64_t counter;
     uint64_t x = rill_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)salt ^
                  (atomic_fetch_add(&counter, 1) + 1) * 0x9E3779B97F4A7C15ull;
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
+    x = rill_rand_splitmix64(&x);
     return x != 0 ? x : 1;
 }
 
