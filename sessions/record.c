@@ -274,7 +274,9 @@ static rill_err_t commit(rill_session_t *s, const record_t *r, const plan_t *pl,
         s->text_cap = s->xbuf_cap;
         s->xbuf = t;
         s->xbuf_cap = cap;
-        memmove(s->text, s->text + pl->cut, pl->text_all - pl->cut);
+        if (pl->text_all > pl->cut) { /* an empty replace with nothing held may have no buffer */
+            memmove(s->text, s->text + pl->cut, pl->text_all - pl->cut);
+        }
         s->text_len = pl->text_all - pl->cut;
         s->text_started = pl->started;
         break;
