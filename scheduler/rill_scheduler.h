@@ -64,7 +64,7 @@
  * any of its sessions does and counts against the reservations with its own pages.
  *
  * Data version. A session's version is rill_session_seq(): it grows with every input call
- * (ingest, a committed turn). Answers carry the version they saw.
+ * (ingest, a committed turn, a replace). Answers carry the version they saw.
  *
  * Questions see every input acknowledged before them: a question on a session with queued data
  * waits until the data acknowledged before it is evaluated (that session's data is raised to
@@ -296,11 +296,15 @@ rill_err_t rill_sched_ingest_async(rill_sched_t *sch, rill_sched_sid_t sid, cons
 /* Replace (rill_session_replace_text): "from the input that made version from_version on, the
  * text is text[0, len)". The session rolls back to the longest common token prefix of its stream
  * and the new one and queues the rest (evaluated at INGEST class like any input); the replace is
- * an input of its own, logged, with the next version. Questions: one waiting for the session's
- * data when the replace comes waits for what is acknowledged after it (the stream may have got
- * shorter), so it answers on the replaced text; one already on a fork answers on what it forked;
- * a turn or speculation whose session took a replace meanwhile is not adopted (answer.adopted
- * false), as with any other input. Standing answers become stale and are refreshed. version
+ * an input of its own, logged, with the next version. Like text ingest, it holds back the
+ * unstable end of its text until more text or a flush (rill_sched_ingest_text) ends it, and a
+ * turn is adopted only while nothing is held. Requests on the session: one waiting for its data
+ * (a stream length: what was acknowledged when it was asked) waits for no more than the stream
+ * holds after the replace (it may have got shorter), so it answers on the replaced text; one
+ * already on a fork answers on what it forked; a turn or committed speculation on a fork taken
+ * before the replace is not adopted (answer.adopted false), as with any other input meanwhile,
+ * while a speculation committed after it is decoded anew on the replaced state and adopted
+ * (rill_sched_spec_commit). Standing answers become stale and are refreshed. version
  * (may be NULL): the session's version after the replace. Errors (nothing changed, *version
  * untouched): RILL_ENOTFOUND, RILL_EFULL (more than RILL_SCHED_MAX_QUEUED tokens queued),
  * those of rill_session_feed_replace_text(): RILL_EINVAL (from_version not one of the
