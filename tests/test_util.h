@@ -65,6 +65,15 @@ static inline void test__fits(int w, size_t cap, const char *what) {
     }
 }
 
+/* A message into msg[cap], cut to fit (messages only: never a path that is used). */
+static inline __attribute__((format(printf, 3, 4))) void test__msg(char *msg, size_t cap,
+                                                                   const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+}
+
 /* Writes RILL_SOURCE_DIR "/" followed by the printf-formatted rest into out[cap] and returns
  * out, e.g. test_src_path(p, sizeof p, "tests/data/ref/%s", file). Aborts when it does not fit.
  * Returns (safe anywhere). */
@@ -410,7 +419,7 @@ static inline rill_err_t test_model_try_load(const char *name, rill_model_params
     char why[256] = "";
     rill_err_t err = rill_model_load(path, params, out, why, sizeof why);
     if (err != RILL_OK) {
-        snprintf(msg, cap, "%s: %s (%s)", path, why, rill_err_name(err));
+        test__msg(msg, cap, "%s: %s (%s)", path, why, rill_err_name(err));
     }
     return err;
 }
@@ -493,12 +502,12 @@ static inline int test_engine_try(rill_model_t *model, const rill_tokenizer_t *t
     *pool = NULL;
     rill_err_t err = rill_backend_new(&p->backend, be);
     if (err != RILL_OK) {
-        snprintf(msg, cap, "backend: %s", rill_err_name(err));
+        test__msg(msg, cap, "backend: %s", rill_err_name(err));
         return 3;
     }
     err = rill_forward_new(model, *be, &p->forward, fw);
     if (err != RILL_OK) {
-        snprintf(msg, cap, "forward: %s", rill_err_name(err));
+        test__msg(msg, cap, "forward: %s", rill_err_name(err));
         rill_backend_destroy(be);
         return 4;
     }
@@ -507,7 +516,7 @@ static inline int test_engine_try(rill_model_t *model, const rill_tokenizer_t *t
         pp.tokenizer = p->pool_tokenizer ? tok : NULL;
         err = rill_session_pool_new(*fw, &pp, pool);
         if (err != RILL_OK) {
-            snprintf(msg, cap, "session pool: %s", rill_err_name(err));
+            test__msg(msg, cap, "session pool: %s", rill_err_name(err));
             rill_forward_destroy(fw);
             rill_backend_destroy(be);
             return 5;
@@ -574,9 +583,9 @@ static inline int test_rig_try_model(test_rig_t *g, rill_model_t *model, void *f
         if (n_pages > TEST_RIG_MAX_REF_PAGES ||
             rill_kv_cache_new(g->fw, p->pool.kv_type, RILL_KV_PAGE_SIZE, n_pages, &g->kv) !=
                 RILL_OK) {
-            snprintf(msg, cap, "contiguous cache of %d positions: %s", (int)p->ref_tokens,
-                     n_pages > TEST_RIG_MAX_REF_PAGES ? "too many"
-                                                      : rill_forward_last_error(g->fw));
+            test__msg(msg, cap, "contiguous cache of %d positions: %s", (int)p->ref_tokens,
+                      n_pages > TEST_RIG_MAX_REF_PAGES ? "too many"
+                                                       : rill_forward_last_error(g->fw));
             step = 6;
             goto fail;
         }
