@@ -24,12 +24,11 @@
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 #include "sched_internal.h" /* rill__sched_limit, tested directly */
+#include "test_util.h"
 
 #define QWEN  "rill-tiny-qwen2-F32.gguf"
 #define LLAMA "rill-tiny-llama-F32.gguf"
 #define SEC   1000000000LL
-
-static char g_src[1024];
 
 /* One model; an engine (backend, forward, pool, scheduler) and a reference pool. */
 typedef struct rig {
@@ -46,28 +45,18 @@ typedef struct rig {
 static void rig_open_file(rig_t *g, const char *file, int64_t cells, const rill_sched_params_t *sp,
                           bool with_sched) {
     memset(g, 0, sizeof *g);
-    char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, file);
-    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
-                     RILL_OK);
+    char msg[256] = "";
+    g->model = test_model_load(file);
     ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
                      RILL_OK);
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 1;
-    bp.max_batch = 64;
-    ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
-    ck_assert_int_eq(rill_backend_new(&bp, &g->rbe), RILL_OK);
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = 64;
-    ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
-    ck_assert_int_eq(rill_forward_new(g->model, g->rbe, &fp, &g->rfw), RILL_OK);
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = cells;
-    pp.kv_type = RILL_DTYPE_F32;
-    pp.tokenizer = g->tok;
-    ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
-    pp.n_cells = 8192;
-    ck_assert_int_eq(rill_session_pool_new(g->rfw, &pp, &g->rpool), RILL_OK);
+    test_rig_params_t p = test_rig_default_params(file);
+    p.backend.cpu.n_threads = 1;
+    p.forward.max_batch = 64;
+    p.pool.n_cells = cells;
+    p.pool.kv_type = RILL_DTYPE_F32;
+    test_engine_open(g->model, g->tok, &p, &g->be, &g->fw, &g->pool);
+    p.pool.n_cells = 8192;
+    test_engine_open(g->model, g->tok, &p, &g->rbe, &g->rfw, &g->rpool);
     if (with_sched) {
         ck_assert_int_eq(rill_sched_new(g->pool, sp, &g->sch), RILL_OK);
     }
@@ -87,28 +76,10 @@ static void rig_open(rig_t *g) {
 static void rig_close(rig_t *g) {
     rill_sched_destroy(&g->sch);
     ck_assert_ptr_null(g->sch);
-    rill_session_pool_destroy(&g->pool);
-    rill_session_pool_destroy(&g->rpool);
-    rill_forward_destroy(&g->fw);
-    rill_forward_destroy(&g->rfw);
-    rill_backend_destroy(&g->be);
-    rill_backend_destroy(&g->rbe);
+    test_engine_close(&g->pool, &g->fw, &g->be);
+    test_engine_close(&g->rpool, &g->rfw, &g->rbe);
     rill_tokenizer_destroy(&g->tok);
     rill_model_destroy(&g->model);
-}
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 11);
-}
-
-static void random_tokens(int32_t *t, int n, int V) {
-    for (int i = 0; i < n; i++) {
-        t[i] = (int32_t)(rnd() % (uint32_t)V);
-    }
 }
 
 /* ---- a request's outcome, filled by the callbacks ------------------------------------------ */
@@ -246,8 +217,8 @@ START_TEST(async_ingest_is_ordered_and_acknowledged) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[120], q[10], want[6];
-    random_tokens(data, 120, g.V);
-    random_tokens(q, 10, g.V);
+    test_rand_tokens(test_rng(), data, 120, g.V);
+    test_rand_tokens(test_rng(), q, 10, g.V);
     outcome_t o;
     outcome_init(&o);
     acks_t k = { .o = &o };
@@ -313,8 +284,8 @@ START_TEST(ingest_is_refused_when_too_much_is_queued) {
     const int32_t n_big = RILL_SCHED_MAX_QUEUED + 4096;
     int32_t *big = malloc((size_t)n_big * sizeof *big), small[8];
     ck_assert_ptr_nonnull(big);
-    random_tokens(big, n_big, g.V);
-    random_tokens(small, 8, g.V);
+    test_rand_tokens(test_rng(), big, n_big, g.V);
+    test_rand_tokens(test_rng(), small, 8, g.V);
     acks_t k = { .o = NULL };
     pthread_mutex_init(&k.mu, NULL);
     ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, big, n_big, on_ack, &k), RILL_OK);
@@ -352,19 +323,19 @@ START_TEST(questions_preempt_running_steps) {
     enum { BACKLOG = 3000, NQ = 30 };
     rill_sched_sid_t busy = new_session(&g, 4, 124), sid = new_session(&g, 0, 0);
     int32_t *data = malloc(BACKLOG * sizeof *data), ctx[40], q[8], want[4];
-    random_tokens(data, BACKLOG, g.V);
-    random_tokens(ctx, 40, g.V);
+    test_rand_tokens(test_rng(), data, BACKLOG, g.V);
+    test_rand_tokens(test_rng(), ctx, 40, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, ctx, 40), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, busy, data, BACKLOG), RILL_OK);
     rill_sched_stats_t st;
     int asked = 0;
     for (; asked < NQ; asked++) {
-        random_tokens(q, 8, g.V);
+        test_rand_tokens(test_rng(), q, 8, g.V);
         outcome_t o;
         outcome_init(&o);
         rill_sched_ask_t a = ask_of(q, 8, 4, &o);
         rill_sched_rid_t rid = 0;
-        usleep(300 + (useconds_t)(rnd() % 700));
+        usleep(300 + (useconds_t)test_rand_below(test_rng(), 700));
         ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
         wait_done(&o, 1);
         ck_assert_int_eq(o.a.status, RILL_OK);
@@ -402,8 +373,8 @@ START_TEST(ask_matches_direct_query) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[157], q[12], want[8];
-    random_tokens(data, 157, g.V);
-    random_tokens(q, 12, g.V);
+    test_rand_tokens(test_rng(), data, 157, g.V);
+    test_rand_tokens(test_rng(), q, 12, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 50, 30), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 80, 77), RILL_OK);
@@ -492,8 +463,8 @@ static void ask_over_queued_ingest(rig_t *g, int64_t max_delay_ns, int32_t warm,
     rig_open_ex(g, 16384, &sp);
     rill_sched_sid_t s0 = new_session(g, 0, 0);
     int32_t data[1500], q[6];
-    random_tokens(data, 1500, g->V);
-    random_tokens(q, 6, g->V);
+    test_rand_tokens(test_rng(), data, 1500, g->V);
+    test_rand_tokens(test_rng(), q, 6, g->V);
     ck_assert_int_eq(rill_sched_ingest(g->sch, s0, data, warm), RILL_OK);
     idle(g);
     for (int i = 0; i < 3; i++) {
@@ -569,7 +540,7 @@ START_TEST(adaptive_chunks_follow_step_times) {
         rig_open_ex(&g, 8192, &sp);
         rill_sched_sid_t sid = new_session(&g, 16, 224);
         int32_t data[640];
-        random_tokens(data, 640, g.V);
+        test_rand_tokens(test_rng(), data, 640, g.V);
         for (int i = 0; i < 4; i++) { /* separate ingests: the first steps teach the model */
             ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 160 * i, 160), RILL_OK);
             idle(&g);
@@ -599,8 +570,8 @@ START_TEST(questions_do_not_wait_for_later_data) {
     rig_open_ex(&g, 8192, &sp);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[200], q[6];
-    random_tokens(data, 200, g.V);
-    random_tokens(q, 6, g.V);
+    test_rand_tokens(test_rng(), data, 200, g.V);
+    test_rand_tokens(test_rng(), q, 6, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 100), RILL_OK);
     outcome_t o;
     outcome_init(&o);
@@ -656,9 +627,9 @@ START_TEST(answers_account_for_their_first_token_time) {
     rig_open(&g);
     rill_sched_sid_t s1 = new_session(&g, 0, 0), s2 = new_session(&g, 0, 0);
     int32_t data[BACKLOG], qa[6], qb[6];
-    random_tokens(data, BACKLOG, g.V);
-    random_tokens(qa, 6, g.V);
-    random_tokens(qb, 6, g.V);
+    test_rand_tokens(test_rng(), data, BACKLOG, g.V);
+    test_rand_tokens(test_rng(), qa, 6, g.V);
+    test_rand_tokens(test_rng(), qb, 6, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, s1, data, 10), RILL_OK);
     idle(&g);
     gate_t gt = { .entered = false, .open = false };
@@ -739,7 +710,7 @@ START_TEST(admission_reserves_windows) {
     ck_assert_int_eq(st.reserved_pages, 45);
     /* the sessions can fill their windows however full the pool is */
     int32_t data[1000];
-    random_tokens(data, 1000, g.V);
+    test_rand_tokens(test_rng(), data, 1000, g.V);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(rill_sched_ingest(g.sch, ids[i], data, 1000), RILL_OK);
     }
@@ -767,9 +738,9 @@ START_TEST(exhaustion_reclaims_forks) {
     rig_open_ex(&g, 20 * 16, &sp);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[200], guess[50], q[50];
-    random_tokens(data, 200, g.V);
-    random_tokens(guess, 50, g.V);
-    random_tokens(q, 50, g.V);
+    test_rand_tokens(test_rng(), data, 200, g.V);
+    test_rand_tokens(test_rng(), guess, 50, g.V);
+    test_rand_tokens(test_rng(), q, 50, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 200), RILL_OK); /* 13 pages */
     idle(&g);
     outcome_t os, oq[3];
@@ -828,8 +799,8 @@ START_TEST(standing_queries_cache_and_coalesce) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[300], q[10], want[6];
-    random_tokens(data, 300, g.V);
-    random_tokens(q, 10, g.V);
+    test_rand_tokens(test_rng(), data, 300, g.V);
+    test_rand_tokens(test_rng(), q, 10, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
     outcome_t os;
     outcome_init(&os);
@@ -897,8 +868,8 @@ START_TEST(standing_refresh_abandoned_by_new_data) {
     rig_open_ex(&g, 8192, &sp);
     rill_sched_sid_t sid = new_session(&g, 16, 160);
     int32_t data[400], q[60];
-    random_tokens(data, 400, g.V);
-    random_tokens(q, 60, g.V);
+    test_rand_tokens(test_rng(), data, 400, g.V);
+    test_rand_tokens(test_rng(), q, 60, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 10), RILL_OK);
     idle(&g);
     outcome_t os;
@@ -936,10 +907,11 @@ START_TEST(speculation_commit_and_rollback) {
     rig_t g;
     rig_open(&g);
     int32_t data[100], input[20], guess[20];
-    random_tokens(data, 100, g.V);
-    random_tokens(input, 20, g.V);
+    test_rand_tokens(test_rng(), data, 100, g.V);
+    test_rand_tokens(test_rng(), input, 20, g.V);
     memcpy(guess, input, sizeof guess);
-    random_tokens(guess + 12, 8, g.V); /* the guess shares 12 tokens with the real input */
+    test_rand_tokens(test_rng(), guess + 12, 8,
+                     g.V); /* the guess shares 12 tokens with the real input */
     rill_sched_sid_t sa = new_session(&g, 0, 0), sb = new_session(&g, 0, 0),
                      sc = new_session(&g, 0, 0);
     for (int i = 0; i < 3; i++) {
@@ -1003,7 +975,7 @@ START_TEST(speculation_commit_and_rollback) {
     ck_assert_mem_eq(tb + 120, ob.tokens, 7 * 4);
     /* and answer the next question alike */
     int32_t q[5];
-    random_tokens(q, 5, g.V);
+    test_rand_tokens(test_rng(), q, 5, g.V);
     outcome_t n1, n2;
     outcome_init(&n1);
     outcome_init(&n2);
@@ -1027,8 +999,8 @@ START_TEST(cancel_and_close) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[50], q[4];
-    random_tokens(data, 50, g.V);
-    random_tokens(q, 4, g.V);
+    test_rand_tokens(test_rng(), data, 50, g.V);
+    test_rand_tokens(test_rng(), q, 4, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
     outcome_t o1, o2, o3;
     outcome_init(&o1);
@@ -1068,9 +1040,9 @@ START_TEST(shared_prompt_computed_once) {
     rig_t g;
     rig_open(&g);
     int32_t prompt[40], q[6], data[30], want[4];
-    random_tokens(prompt, 40, g.V);
-    random_tokens(q, 6, g.V);
-    random_tokens(data, 30, g.V);
+    test_rand_tokens(test_rng(), prompt, 40, g.V);
+    test_rand_tokens(test_rng(), q, 6, g.V);
+    test_rand_tokens(test_rng(), data, 30, g.V);
     rill_sched_session_params_t p = rill_sched_session_default_params();
     p.session.prompt = prompt;
     p.session.n_prompt = 40;
@@ -1123,7 +1095,7 @@ START_TEST(snapshot_and_restore_through_the_engine) {
     char msg[300];
     ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
     int32_t data[120];
-    random_tokens(data, 120, g.V);
+    test_rand_tokens(test_rng(), data, 120, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 70), RILL_OK);
     ck_assert_int_eq(rill_sched_session_snapshot(g.sch, sid, snap, msg, sizeof msg), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 70, 50), RILL_OK);
@@ -1179,9 +1151,9 @@ START_TEST(models_keep_their_own_sessions) {
     ck_assert_int_eq(rill_sched_find_model(sch, "tts"), RILL_ENOTFOUND);
     int V = a.V < b.V ? a.V : b.V;
     int32_t da[90], db[70], q[8], want[5];
-    random_tokens(da, 90, V);
-    random_tokens(db, 70, V);
-    random_tokens(q, 8, V);
+    test_rand_tokens(test_rng(), da, 90, V);
+    test_rand_tokens(test_rng(), db, 70, V);
+    test_rand_tokens(test_rng(), q, 8, V);
     rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(sch, sa, da, 90), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(sch, sb, db, 70), RILL_OK);
@@ -1288,8 +1260,8 @@ START_TEST(models_share_the_delay_bound) {
         ck_assert_int_eq(rill_sched_new_models(ms, 2, &sp, &sch), RILL_OK);
         int V = a.V < b.V ? a.V : b.V;
         int32_t data[1500], q[6];
-        random_tokens(data, 1500, V);
-        random_tokens(q, 6, V);
+        test_rand_tokens(test_rng(), data, 1500, V);
+        test_rand_tokens(test_rng(), q, 6, V);
         rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 16, 224);
         /* both time models learn from a few steps first */
         ck_assert_int_eq(rill_sched_ingest(sch, sa, data, 40), RILL_OK);
@@ -1462,9 +1434,9 @@ START_TEST(other_models_speculation_waits_for_questions) {
     sp.max_delay_ns = 10 * SEC;
     two_open(&t, 8192, 8192, &sp);
     int32_t data[60], guess[20], q[6];
-    random_tokens(data, 60, t.V);
-    random_tokens(guess, 20, t.V);
-    random_tokens(q, 6, t.V);
+    test_rand_tokens(test_rng(), data, 60, t.V);
+    test_rand_tokens(test_rng(), guess, 20, t.V);
+    test_rand_tokens(test_rng(), q, 6, t.V);
     rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 60), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 60), RILL_OK);
@@ -1499,9 +1471,9 @@ START_TEST(templates_are_per_model) {
     sp.step_tokens = 32;
     two_open(&t, 8192, 8192, &sp);
     int32_t prompt[40], data[30], q[6], want[4], all[70];
-    random_tokens(prompt, 40, t.V);
-    random_tokens(data, 30, t.V);
-    random_tokens(q, 6, t.V);
+    test_rand_tokens(test_rng(), prompt, 40, t.V);
+    test_rand_tokens(test_rng(), data, 30, t.V);
+    test_rand_tokens(test_rng(), q, 6, t.V);
     memcpy(all, prompt, sizeof prompt);
     memcpy(all + 40, data, sizeof data);
     rill_sched_sid_t ids[4];
@@ -1587,9 +1559,9 @@ START_TEST(reclaim_stays_within_the_model) {
     sp.overflow_pages = 4;
     two_open(&t, 20 * 16, 8192, &sp);
     int32_t data[200], guess[50], q[50];
-    random_tokens(data, 200, t.V);
-    random_tokens(guess, 50, t.V);
-    random_tokens(q, 50, t.V);
+    test_rand_tokens(test_rng(), data, 200, t.V);
+    test_rand_tokens(test_rng(), guess, 50, t.V);
+    test_rand_tokens(test_rng(), q, 50, t.V);
     rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 200), RILL_OK); /* 13 of 20 pages */
     ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 200), RILL_OK);
@@ -1666,28 +1638,21 @@ typedef struct client {
     rill_sched_sid_t sid[STRESS_SESSIONS / STRESS_THREADS];
     int32_t *mine[STRESS_SESSIONS / STRESS_THREADS]; /* what each session must hold */
     int n_mine[STRESS_SESSIONS / STRESS_THREADS];
-    uint64_t rng;
+    rill_rand_t rng; /* the thread's own stream */
     int asks, failures;
 } client_t;
-
-static uint32_t crnd(client_t *c) {
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return (uint32_t)(c->rng >> 11);
-}
 
 static void *client_main(void *arg) {
     client_t *c = arg;
     int per = STRESS_SESSIONS / STRESS_THREADS;
     for (int op = 0; op < 60; op++) {
-        int k = (int)(crnd(c) % (uint32_t)per);
+        int k = (int)test_rand_below(&c->rng, (uint32_t)per);
         int32_t toks[40];
-        int n = 1 + (int)(crnd(c) % 40);
+        int n = 1 + (int)test_rand_below(&c->rng, 40);
         for (int i = 0; i < n; i++) {
-            toks[i] = (int32_t)(crnd(c) % (uint32_t)c->g->V);
+            toks[i] = (int32_t)test_rand_below(&c->rng, (uint32_t)c->g->V);
         }
-        uint32_t what = crnd(c) % 10;
+        uint32_t what = test_rand_below(&c->rng, 10);
         if (what < 6 || c->n_mine[k] == 0) {
             if (rill_sched_ingest(c->g->sch, c->sid[k], toks, n) == RILL_OK) {
                 memcpy(c->mine[k] + c->n_mine[k], toks, (size_t)n * 4);
@@ -1698,7 +1663,8 @@ static void *client_main(void *arg) {
         } else if (what < 9) {
             outcome_t o;
             outcome_init(&o);
-            rill_sched_ask_t a = ask_of(toks, n > 8 ? 8 : n, 1 + (int)(crnd(c) % 4), &o);
+            rill_sched_ask_t a =
+                ask_of(toks, n > 8 ? 8 : n, 1 + (int)test_rand_below(&c->rng, 4), &o);
             rill_sched_rid_t rid;
             if (rill_sched_ask(c->g->sch, c->sid[k], &a, &rid) == RILL_OK) {
                 wait_done(&o, 1);
@@ -1740,7 +1706,7 @@ START_TEST(stress_sixteen_sessions_isolated) {
     for (int t = 0; t < STRESS_THREADS; t++) {
         memset(&cl[t], 0, sizeof cl[t]);
         cl[t].g = &g;
-        cl[t].rng = 0x1234567ULL * (uint64_t)(t + 1);
+        rill_rand_seed(&cl[t].rng, (uint64_t)(t + 1));
         for (int k = 0; k < per; k++) {
             cl[t].sid[k] = new_session(&g, 16, 160);
             cl[t].mine[k] = malloc(8192 * sizeof(int32_t));
@@ -1793,21 +1759,9 @@ START_TEST(stress_sixteen_sessions_isolated) {
 }
 END_TEST
 
-static bool have_tiny_models(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
 int main(int argc, char **argv) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_tiny_models()) {
-        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py\n");
-        return 77;
+    if (!test_have_models(QWEN, LLAMA, NULL)) {
+        return TEST_SKIP;
     }
     bool stress_only = argc > 1 && strcmp(argv[1], "--stress") == 0;
     Suite *su = suite_create("scheduler");
