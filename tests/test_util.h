@@ -367,20 +367,29 @@ static inline void test_log_release(void) {
 
 /* ---- float comparisons ---------------------------------------------------------------------- */
 
-/* max |x[i]| over [0, n), in double (0 for n = 0). */
+/* max |x[i]| over [0, n), in double (0 for n = 0); NaN when any x[i] is NaN, so that a
+ * comparison `d <= tol * scale` fails on it. */
 static inline double test_max_abs(const float *x, int64_t n) {
     double m = 0;
     for (int64_t i = 0; i < n; i++) {
+        if (isnan(x[i])) {
+            return NAN;
+        }
         m = fmax(m, fabs((double)x[i]));
     }
     return m;
 }
 
-/* max |a[i] - b[i]| over [0, n), the difference taken in double (exact for floats). */
+/* max |a[i] - b[i]| over [0, n), the difference taken in double (exact for floats); NaN when
+ * any difference is NaN (a NaN on either side, or infinities of one sign on both). */
 static inline double test_max_diff(const float *a, const float *b, int64_t n) {
     double m = 0;
     for (int64_t i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)a[i] - (double)b[i]));
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (isnan(d)) {
+            return NAN;
+        }
+        m = fmax(m, d);
     }
     return m;
 }
