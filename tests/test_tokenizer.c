@@ -128,8 +128,8 @@ typedef struct cases {
 static bool cases_load(cases_t *c, const char *inp_path, const char *out_path) {
     size_t il, ol;
     memset(c, 0, sizeof(*c));
-    c->inp = test_read_file_if_present(inp_path, &il);
-    c->out = test_read_file_if_present(out_path, &ol);
+    c->inp = test_read_text_if_present(inp_path, &il);
+    c->out = test_read_text_if_present(out_path, &ol);
     if (c->inp == NULL || c->out == NULL) {
         free(c->inp);
         free(c->out);

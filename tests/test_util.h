@@ -129,10 +129,7 @@ static inline bool test_have_models(const char *name, ...) {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-/* The whole of file `path`: returns a buffer of its *len bytes plus one more, set to 0 (so a
- * text file is also a string); NULL (nothing allocated, *len untouched) when path cannot be
- * opened. Asserts that an opened file reads completely. Caller owns the buffer; free() it. */
-static inline void *test_read_file_if_present(const char *path, size_t *len) {
+static inline void *test__read(const char *path, size_t *len, bool text) {
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         return NULL;
@@ -140,21 +137,32 @@ static inline void *test_read_file_if_present(const char *path, size_t *len) {
     ck_assert_msg(fseek(f, 0, SEEK_END) == 0, "%s: cannot seek", path);
     long n = ftell(f);
     ck_assert_msg(n >= 0 && fseek(f, 0, SEEK_SET) == 0, "%s: cannot tell its size", path);
-    unsigned char *buf = malloc((size_t)n + 1);
+    size_t size = (size_t)n + (text ? 1 : 0);
+    unsigned char *buf = malloc(size > 0 ? size : 1);
     ck_assert_ptr_nonnull(buf);
     ck_assert_msg(fread(buf, 1, (size_t)n, f) == (size_t)n, "%s: short read", path);
     fclose(f);
-    buf[n] = 0;
+    if (text) {
+        buf[n] = 0;
+    }
     *len = (size_t)n;
     return buf;
 }
 
-/* As test_read_file_if_present, and asserts that the file can be opened. Never NULL. Caller
- * owns the buffer; free() it. */
+/* The whole of file `path` in a buffer of exactly its *len bytes (one for an empty file), so
+ * that AddressSanitizer reports any read past the end of what the file holds. Asserts that it
+ * can be opened and read. Caller owns the buffer; free() it. */
 static inline void *test_read_file(const char *path, size_t *len) {
-    void *buf = test_read_file_if_present(path, len);
+    void *buf = test__read(path, len, false);
     ck_assert_msg(buf != NULL, "cannot open %s", path);
     return buf;
+}
+
+/* The whole of text file `path` followed by a 0 byte (*len excludes it), so it is a string;
+ * NULL (nothing allocated, *len untouched) when path cannot be opened. Asserts that an opened
+ * file reads completely. Caller owns the buffer; free() it. */
+static inline char *test_read_text_if_present(const char *path, size_t *len) {
+    return test__read(path, len, true);
 }
 
 /* Creates or replaces file `path` with buf[0, len). Asserts. */
