@@ -19,13 +19,16 @@
  * asserts: it is safe in main(), in fixtures, in a forked child and on other threads. Helpers
  * abort() only on a misuse that no input can cause (a path that does not fit its buffer).
  *
- * Random inputs. Every suite draws from core's xoshiro256** (rill_rand.h); there is no other
- * generator in the tests. test_rng() is the program's stream (seeded once with TEST_RNG_SEED);
- * a test that needs a stream of its own (a replay that must repeat, a thread) seeds a
- * rill_rand_t itself. Streams change with the seed, never between machines or compilers.
+ * Random inputs. The suites draw from core's generator (rill_rand.h) and have no copy of their
+ * own: test_rng() is the program's xoshiro256** stream (seeded once with TEST_RNG_SEED); a test
+ * that needs a stream of its own (a replay that must repeat, a thread) seeds a rill_rand_t
+ * itself. Only test_kernels keeps a stream of core's splitmix64 from a fixed state, pinned
+ * because tolerances there were measured on it. Streams change with the seed, never between
+ * machines or compilers. No assertion may depend on which values are drawn.
  *
- * Thread safety: test_rng() and the log capture: one thread at a time (the suites draw and log
- * on the test's thread; a client thread uses its own rill_rand_t). The rest keeps no state.
+ * Thread safety: test_rng(), test_path_in's buffers and the log capture: one thread at a time
+ * (the suites draw and log on the test's thread; a client thread uses its own rill_rand_t).
+ * The rest keeps no state.
  */
 #ifndef RILL_TEST_UTIL_H
 #define RILL_TEST_UTIL_H
