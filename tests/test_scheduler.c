@@ -82,6 +82,11 @@ static void rig_close(rig_t *g) {
     rill_model_destroy(&g->model);
 }
 
+/* t[0, n) = token ids below V from the suite's stream (test_util.h's test_rng()). */
+static void random_tokens(int32_t *t, int n, int V) {
+    test_rand_tokens(test_rng(), t, n, V);
+}
+
 /* ---- a request's outcome, filled by the callbacks ------------------------------------------ */
 
 #define MAXA 256
@@ -217,8 +222,8 @@ START_TEST(async_ingest_is_ordered_and_acknowledged) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[120], q[10], want[6];
-    test_rand_tokens(test_rng(), data, 120, g.V);
-    test_rand_tokens(test_rng(), q, 10, g.V);
+    random_tokens(data, 120, g.V);
+    random_tokens(q, 10, g.V);
     outcome_t o;
     outcome_init(&o);
     acks_t k = { .o = &o };
@@ -284,8 +289,8 @@ START_TEST(ingest_is_refused_when_too_much_is_queued) {
     const int32_t n_big = RILL_SCHED_MAX_QUEUED + 4096;
     int32_t *big = malloc((size_t)n_big * sizeof *big), small[8];
     ck_assert_ptr_nonnull(big);
-    test_rand_tokens(test_rng(), big, n_big, g.V);
-    test_rand_tokens(test_rng(), small, 8, g.V);
+    random_tokens(big, n_big, g.V);
+    random_tokens(small, 8, g.V);
     acks_t k = { .o = NULL };
     pthread_mutex_init(&k.mu, NULL);
     ck_assert_int_eq(rill_sched_ingest_async(g.sch, sid, big, n_big, on_ack, &k), RILL_OK);
@@ -323,14 +328,14 @@ START_TEST(questions_preempt_running_steps) {
     enum { BACKLOG = 3000, NQ = 30 };
     rill_sched_sid_t busy = new_session(&g, 4, 124), sid = new_session(&g, 0, 0);
     int32_t *data = malloc(BACKLOG * sizeof *data), ctx[40], q[8], want[4];
-    test_rand_tokens(test_rng(), data, BACKLOG, g.V);
-    test_rand_tokens(test_rng(), ctx, 40, g.V);
+    random_tokens(data, BACKLOG, g.V);
+    random_tokens(ctx, 40, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, ctx, 40), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, busy, data, BACKLOG), RILL_OK);
     rill_sched_stats_t st;
     int asked = 0;
     for (; asked < NQ; asked++) {
-        test_rand_tokens(test_rng(), q, 8, g.V);
+        random_tokens(q, 8, g.V);
         outcome_t o;
         outcome_init(&o);
         rill_sched_ask_t a = ask_of(q, 8, 4, &o);
@@ -373,8 +378,8 @@ START_TEST(ask_matches_direct_query) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[157], q[12], want[8];
-    test_rand_tokens(test_rng(), data, 157, g.V);
-    test_rand_tokens(test_rng(), q, 12, g.V);
+    random_tokens(data, 157, g.V);
+    random_tokens(q, 12, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 50, 30), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 80, 77), RILL_OK);
@@ -463,8 +468,8 @@ static void ask_over_queued_ingest(rig_t *g, int64_t max_delay_ns, int32_t warm,
     rig_open_ex(g, 16384, &sp);
     rill_sched_sid_t s0 = new_session(g, 0, 0);
     int32_t data[1500], q[6];
-    test_rand_tokens(test_rng(), data, 1500, g->V);
-    test_rand_tokens(test_rng(), q, 6, g->V);
+    random_tokens(data, 1500, g->V);
+    random_tokens(q, 6, g->V);
     ck_assert_int_eq(rill_sched_ingest(g->sch, s0, data, warm), RILL_OK);
     idle(g);
     for (int i = 0; i < 3; i++) {
@@ -540,7 +545,7 @@ START_TEST(adaptive_chunks_follow_step_times) {
         rig_open_ex(&g, 8192, &sp);
         rill_sched_sid_t sid = new_session(&g, 16, 224);
         int32_t data[640];
-        test_rand_tokens(test_rng(), data, 640, g.V);
+        random_tokens(data, 640, g.V);
         for (int i = 0; i < 4; i++) { /* separate ingests: the first steps teach the model */
             ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 160 * i, 160), RILL_OK);
             idle(&g);
@@ -570,8 +575,8 @@ START_TEST(questions_do_not_wait_for_later_data) {
     rig_open_ex(&g, 8192, &sp);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[200], q[6];
-    test_rand_tokens(test_rng(), data, 200, g.V);
-    test_rand_tokens(test_rng(), q, 6, g.V);
+    random_tokens(data, 200, g.V);
+    random_tokens(q, 6, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 100), RILL_OK);
     outcome_t o;
     outcome_init(&o);
@@ -627,9 +632,9 @@ START_TEST(answers_account_for_their_first_token_time) {
     rig_open(&g);
     rill_sched_sid_t s1 = new_session(&g, 0, 0), s2 = new_session(&g, 0, 0);
     int32_t data[BACKLOG], qa[6], qb[6];
-    test_rand_tokens(test_rng(), data, BACKLOG, g.V);
-    test_rand_tokens(test_rng(), qa, 6, g.V);
-    test_rand_tokens(test_rng(), qb, 6, g.V);
+    random_tokens(data, BACKLOG, g.V);
+    random_tokens(qa, 6, g.V);
+    random_tokens(qb, 6, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, s1, data, 10), RILL_OK);
     idle(&g);
     gate_t gt = { .entered = false, .open = false };
@@ -710,7 +715,7 @@ START_TEST(admission_reserves_windows) {
     ck_assert_int_eq(st.reserved_pages, 45);
     /* the sessions can fill their windows however full the pool is */
     int32_t data[1000];
-    test_rand_tokens(test_rng(), data, 1000, g.V);
+    random_tokens(data, 1000, g.V);
     for (int i = 0; i < 3; i++) {
         ck_assert_int_eq(rill_sched_ingest(g.sch, ids[i], data, 1000), RILL_OK);
     }
@@ -738,9 +743,9 @@ START_TEST(exhaustion_reclaims_forks) {
     rig_open_ex(&g, 20 * 16, &sp);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[200], guess[50], q[50];
-    test_rand_tokens(test_rng(), data, 200, g.V);
-    test_rand_tokens(test_rng(), guess, 50, g.V);
-    test_rand_tokens(test_rng(), q, 50, g.V);
+    random_tokens(data, 200, g.V);
+    random_tokens(guess, 50, g.V);
+    random_tokens(q, 50, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 200), RILL_OK); /* 13 pages */
     idle(&g);
     outcome_t os, oq[3];
@@ -799,8 +804,8 @@ START_TEST(standing_queries_cache_and_coalesce) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[300], q[10], want[6];
-    test_rand_tokens(test_rng(), data, 300, g.V);
-    test_rand_tokens(test_rng(), q, 10, g.V);
+    random_tokens(data, 300, g.V);
+    random_tokens(q, 10, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
     outcome_t os;
     outcome_init(&os);
@@ -868,8 +873,8 @@ START_TEST(standing_refresh_abandoned_by_new_data) {
     rig_open_ex(&g, 8192, &sp);
     rill_sched_sid_t sid = new_session(&g, 16, 160);
     int32_t data[400], q[60];
-    test_rand_tokens(test_rng(), data, 400, g.V);
-    test_rand_tokens(test_rng(), q, 60, g.V);
+    random_tokens(data, 400, g.V);
+    random_tokens(q, 60, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 10), RILL_OK);
     idle(&g);
     outcome_t os;
@@ -907,11 +912,10 @@ START_TEST(speculation_commit_and_rollback) {
     rig_t g;
     rig_open(&g);
     int32_t data[100], input[20], guess[20];
-    test_rand_tokens(test_rng(), data, 100, g.V);
-    test_rand_tokens(test_rng(), input, 20, g.V);
+    random_tokens(data, 100, g.V);
+    random_tokens(input, 20, g.V);
     memcpy(guess, input, sizeof guess);
-    test_rand_tokens(test_rng(), guess + 12, 8,
-                     g.V); /* the guess shares 12 tokens with the real input */
+    random_tokens(guess + 12, 8, g.V); /* the guess shares 12 tokens with the real input */
     rill_sched_sid_t sa = new_session(&g, 0, 0), sb = new_session(&g, 0, 0),
                      sc = new_session(&g, 0, 0);
     for (int i = 0; i < 3; i++) {
@@ -975,7 +979,7 @@ START_TEST(speculation_commit_and_rollback) {
     ck_assert_mem_eq(tb + 120, ob.tokens, 7 * 4);
     /* and answer the next question alike */
     int32_t q[5];
-    test_rand_tokens(test_rng(), q, 5, g.V);
+    random_tokens(q, 5, g.V);
     outcome_t n1, n2;
     outcome_init(&n1);
     outcome_init(&n2);
@@ -999,8 +1003,8 @@ START_TEST(cancel_and_close) {
     rig_open(&g);
     rill_sched_sid_t sid = new_session(&g, 0, 0);
     int32_t data[50], q[4];
-    test_rand_tokens(test_rng(), data, 50, g.V);
-    test_rand_tokens(test_rng(), q, 4, g.V);
+    random_tokens(data, 50, g.V);
+    random_tokens(q, 4, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 50), RILL_OK);
     outcome_t o1, o2, o3;
     outcome_init(&o1);
@@ -1040,9 +1044,9 @@ START_TEST(shared_prompt_computed_once) {
     rig_t g;
     rig_open(&g);
     int32_t prompt[40], q[6], data[30], want[4];
-    test_rand_tokens(test_rng(), prompt, 40, g.V);
-    test_rand_tokens(test_rng(), q, 6, g.V);
-    test_rand_tokens(test_rng(), data, 30, g.V);
+    random_tokens(prompt, 40, g.V);
+    random_tokens(q, 6, g.V);
+    random_tokens(data, 30, g.V);
     rill_sched_session_params_t p = rill_sched_session_default_params();
     p.session.prompt = prompt;
     p.session.n_prompt = 40;
@@ -1095,7 +1099,7 @@ START_TEST(snapshot_and_restore_through_the_engine) {
     char msg[300];
     ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
     int32_t data[120];
-    test_rand_tokens(test_rng(), data, 120, g.V);
+    random_tokens(data, 120, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 70), RILL_OK);
     ck_assert_int_eq(rill_sched_session_snapshot(g.sch, sid, snap, msg, sizeof msg), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 70, 50), RILL_OK);
@@ -1151,9 +1155,9 @@ START_TEST(models_keep_their_own_sessions) {
     ck_assert_int_eq(rill_sched_find_model(sch, "tts"), RILL_ENOTFOUND);
     int V = a.V < b.V ? a.V : b.V;
     int32_t da[90], db[70], q[8], want[5];
-    test_rand_tokens(test_rng(), da, 90, V);
-    test_rand_tokens(test_rng(), db, 70, V);
-    test_rand_tokens(test_rng(), q, 8, V);
+    random_tokens(da, 90, V);
+    random_tokens(db, 70, V);
+    random_tokens(q, 8, V);
     rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(sch, sa, da, 90), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(sch, sb, db, 70), RILL_OK);
@@ -1260,8 +1264,8 @@ START_TEST(models_share_the_delay_bound) {
         ck_assert_int_eq(rill_sched_new_models(ms, 2, &sp, &sch), RILL_OK);
         int V = a.V < b.V ? a.V : b.V;
         int32_t data[1500], q[6];
-        test_rand_tokens(test_rng(), data, 1500, V);
-        test_rand_tokens(test_rng(), q, 6, V);
+        random_tokens(data, 1500, V);
+        random_tokens(q, 6, V);
         rill_sched_sid_t sa = new_session_on(sch, 0, 0, 0), sb = new_session_on(sch, 1, 16, 224);
         /* both time models learn from a few steps first */
         ck_assert_int_eq(rill_sched_ingest(sch, sa, data, 40), RILL_OK);
@@ -1434,9 +1438,9 @@ START_TEST(other_models_speculation_waits_for_questions) {
     sp.max_delay_ns = 10 * SEC;
     two_open(&t, 8192, 8192, &sp);
     int32_t data[60], guess[20], q[6];
-    test_rand_tokens(test_rng(), data, 60, t.V);
-    test_rand_tokens(test_rng(), guess, 20, t.V);
-    test_rand_tokens(test_rng(), q, 6, t.V);
+    random_tokens(data, 60, t.V);
+    random_tokens(guess, 20, t.V);
+    random_tokens(q, 6, t.V);
     rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 60), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 60), RILL_OK);
@@ -1471,9 +1475,9 @@ START_TEST(templates_are_per_model) {
     sp.step_tokens = 32;
     two_open(&t, 8192, 8192, &sp);
     int32_t prompt[40], data[30], q[6], want[4], all[70];
-    test_rand_tokens(test_rng(), prompt, 40, t.V);
-    test_rand_tokens(test_rng(), data, 30, t.V);
-    test_rand_tokens(test_rng(), q, 6, t.V);
+    random_tokens(prompt, 40, t.V);
+    random_tokens(data, 30, t.V);
+    random_tokens(q, 6, t.V);
     memcpy(all, prompt, sizeof prompt);
     memcpy(all + 40, data, sizeof data);
     rill_sched_sid_t ids[4];
@@ -1559,9 +1563,9 @@ START_TEST(reclaim_stays_within_the_model) {
     sp.overflow_pages = 4;
     two_open(&t, 20 * 16, 8192, &sp);
     int32_t data[200], guess[50], q[50];
-    test_rand_tokens(test_rng(), data, 200, t.V);
-    test_rand_tokens(test_rng(), guess, 50, t.V);
-    test_rand_tokens(test_rng(), q, 50, t.V);
+    random_tokens(data, 200, t.V);
+    random_tokens(guess, 50, t.V);
+    random_tokens(q, 50, t.V);
     rill_sched_sid_t sa = new_session_on(t.sch, 0, 0, 0), sb = new_session_on(t.sch, 1, 0, 0);
     ck_assert_int_eq(rill_sched_ingest(t.sch, sa, data, 200), RILL_OK); /* 13 of 20 pages */
     ck_assert_int_eq(rill_sched_ingest(t.sch, sb, data, 200), RILL_OK);
