@@ -36,6 +36,7 @@
 
 #include "rill_client.h"
 #include "rill_core.h"
+#include "test_util.h"
 
 #ifndef RILL_BIN
 #error "RILL_BIN: the path of the rill program"
@@ -80,8 +81,8 @@ static void sleep_ms(int ms) {
 static char g_model[4096];
 
 static bool have_model(void) {
-    snprintf(g_model, sizeof g_model, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", RILL_SOURCE_DIR);
-    return access(g_model, R_OK) == 0;
+    return test_file_exists(
+        test_model_path(g_model, sizeof g_model, "SmolLM2-135M-Instruct.Q4_1.gguf"));
 }
 
 /* ---- the daemon ------------------------------------------------------------------------------ */
@@ -90,8 +91,7 @@ static char g_dir[256], g_req[64], g_ev[64];
 static pid_t g_pid = -1;
 
 static void daemon_start(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/rill-test-client-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ck_assert(test_tmpdir_make(g_dir, sizeof g_dir, "test-client"));
     two_endpoints(g_req, g_ev, sizeof g_req);
     char state[300], ready[300], log[300];
     snprintf(state, sizeof state, "%s/state", g_dir);
@@ -137,9 +137,7 @@ static void daemon_stop(void) {
         }
         g_pid = -1;
     }
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (g_dir[0] != '\0' && system(cmd) != 0) {
+    if (test_dir_remove(g_dir) != 0) { /* the reason is on stderr */
         fprintf(stderr, "test_client: could not remove %s\n", g_dir);
     }
 }
@@ -1075,7 +1073,7 @@ int main(void) {
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     if (failed == 0 && !model) {
-        return 77;
+        return TEST_SKIP;
     }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

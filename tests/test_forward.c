@@ -37,6 +37,7 @@
 #include "rill_forward.h"
 #include "rill_model.h"
 #include "rill_tokenizer.h"
+#include "test_util.h"
 
 #define MAX_TOK 4096
 
@@ -51,8 +52,6 @@ typedef struct ref {
     int32_t top1[MAX_TOK];
     int n_top1;
 } ref_t;
-
-static char g_src[1024];
 
 static int parse_ids(char *s, int32_t *out, int cap) {
     int n = 0;
@@ -84,9 +83,8 @@ static int split_tabs(char *line, char **fields, int max) {
 
 /* Reads every row of tests/data/ref/<tsv> into a new array; *n gets the count. */
 static ref_t *load_refs_from(const char *tsv, int *n) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/ref/%s", g_src, tsv);
-    FILE *f = fopen(path, "r");
+    char path[TEST_PATH_MAX];
+    FILE *f = fopen(test_src_path(path, sizeof path, "tests/data/ref/%s", tsv), "r");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     ref_t *refs = calloc(64, sizeof *refs);
     static char line[1 << 16];
@@ -119,9 +117,8 @@ static ref_t *load_refs(int *n) {
 }
 
 static float *load_floats(const ref_t *r) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/ref/%s", g_src, r->file);
-    FILE *f = fopen(path, "rb");
+    char path[TEST_PATH_MAX];
+    FILE *f = fopen(test_src_path(path, sizeof path, "tests/data/ref/%s", r->file), "rb");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     size_t n = (size_t)r->rows * (size_t)r->n_vocab;
     float *x = malloc(n * sizeof *x);
@@ -129,14 +126,6 @@ static float *load_floats(const ref_t *r) {
     ck_assert_uint_eq(fread(x, sizeof *x, n, f), n);
     fclose(f);
     return x;
-}
-
-static void model_path(char *out, size_t cap, const char *model) {
-    if (strncmp(model, "rill-tiny", 9) == 0) {
-        snprintf(out, cap, "%s/tests/data/models/%s", g_src, model);
-    } else {
-        snprintf(out, cap, "%s/models/%s", g_src, model);
-    }
 }
 
 /* A model bound to a backend with a contiguous cache of n_ctx positions. */
@@ -153,10 +142,7 @@ static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind,
                           int32_t max_batch, int32_t n_ctx, rill_attn_t attn,
                           rill_dtype_t kv_dtype) {
     memset(g, 0, sizeof *g);
-    char path[1200], msg[256] = "";
-    model_path(path, sizeof path, model);
-    rill_err_t err = rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "%s: %s", path, msg);
+    g->model = test_model_load(model);
     rill_backend_params_t bp = rill_backend_default_params();
     bp.kind = kind;
     bp.cpu.n_threads = threads;
@@ -195,27 +181,6 @@ static float *rig_eval_all(rig_t *g, const int32_t *tokens, int n) {
     return out;
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
-}
-
-static float margin(const float *x, int n) {
-    int a = argmax(x, n);
-    float second = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (i != a && x[i] > second) {
-            second = x[i];
-        }
-    }
-    return x[a] - second;
-}
-
 static const char *dtype_of(const char *model) {
     const char *types[] = { "Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K", "BF16", "F16", "F32" };
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
@@ -242,32 +207,12 @@ static cmp_t compare(const float *got, const float *want, int rows, int V) {
         for (int v = 0; v < V; v++) {
             c.max_abs = fmax(c.max_abs, fabs((double)got[r * V + v] - want[r * V + v]));
         }
-        if (margin(want + (long)r * V, V) > 1e-3 * c.scale) {
+        if (test_margin(want + (long)r * V, V) > 1e-3 * c.scale) {
             c.top1_checked++;
-            c.top1_equal += argmax(got + (long)r * V, V) == argmax(want + (long)r * V, V);
+            c.top1_equal += test_argmax(got + (long)r * V, V) == test_argmax(want + (long)r * V, V);
         }
     }
     return c;
-}
-
-static bool have_tiny_models(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/rill-tiny-llama-F32.gguf", g_src);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
-static bool have_default_model(void) {
-    char path[1200];
-    model_path(path, sizeof path, "SmolLM2-135M-Instruct.Q4_1.gguf");
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
 }
 
 /* Every tiny model, both sequences, every position, fast CPU backend against llama.cpp. */
@@ -383,7 +328,7 @@ START_TEST(default_model_logits_match_llama_cpp) {
         cmp_t c = compare(got + (long)(r->n_tokens - 1) * V, want, 1, V);
         int top1_same = 0;
         for (int p = 0; p < r->n_top1; p++) {
-            top1_same += argmax(got + (long)p * V, V) == r->top1[p];
+            top1_same += test_argmax(got + (long)p * V, V) == r->top1[p];
         }
         printf("SmolLM2 seq %d: %d tok, last max|d| %.3g (scale %.3g), top-1 %d/%d\n", checked,
                r->n_tokens, c.max_abs, c.scale, top1_same, r->n_top1);
@@ -403,8 +348,8 @@ END_TEST
 
 /* llama.cpp's greedy 64-token continuations of five prompts, token for token. */
 START_TEST(default_model_greedy_matches_llama_cpp) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/ref/greedy.tsv", g_src);
+    char path[TEST_PATH_MAX];
+    test_src_path(path, sizeof path, "tests/data/ref/greedy.tsv");
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     rig_t g;
@@ -427,7 +372,7 @@ START_TEST(default_model_greedy_matches_llama_cpp) {
             rill_forward_eval_sequence(g.fw, g.kv, &g.pt, 0, prompt, np, false, logits), RILL_OK);
         int same = 0;
         for (int i = 0; i < ng; i++) {
-            int32_t next = argmax(logits, V);
+            int32_t next = test_argmax(logits, V);
             if (next != want[i]) {
                 break;
             }
@@ -520,10 +465,10 @@ START_TEST(tiny_flash_matches_llama_cpp_flash) {
         int clear = 0, clear_same = 0;
         for (int p = 0; p < r->rows; p++) {
             const float *w = want + (long)p * r->n_vocab;
-            if (margin(w, r->n_vocab) > FLASH_TINY_CLEAR * c.scale) {
+            if (test_margin(w, r->n_vocab) > FLASH_TINY_CLEAR * c.scale) {
                 clear++;
-                clear_same +=
-                    argmax(got + (long)p * r->n_vocab, r->n_vocab) == argmax(w, r->n_vocab);
+                clear_same += test_argmax(got + (long)p * r->n_vocab, r->n_vocab) ==
+                              test_argmax(w, r->n_vocab);
             }
         }
         const ref_t *m = find_main_ref(main_refs, n_main, r);
@@ -583,9 +528,9 @@ START_TEST(default_model_flash_matches_llama_cpp_flash) {
         const int V = r->n_vocab;
         int clear = 0, clear_same = 0;
         for (int p = 0; p < r->n_top1; p++) {
-            if (margin(got + (long)p * V, V) > FLASH_SMOL_CLEAR) {
+            if (test_margin(got + (long)p * V, V) > FLASH_SMOL_CLEAR) {
                 clear++;
-                clear_same += argmax(got + (long)p * V, V) == r->top1[p];
+                clear_same += test_argmax(got + (long)p * V, V) == r->top1[p];
             }
         }
         const float *last = got + (long)(r->n_tokens - 1) * V;
@@ -936,11 +881,7 @@ END_TEST
 
 /* Failure paths: arguments, ranges, allocation failure at every point of creation. */
 START_TEST(forward_errors_and_allocation_failures) {
-    char path[1200], msg[256];
-    model_path(path, sizeof path, "rill-tiny-qwen2-Q8_0.gguf");
-    rill_model_t *m = NULL;
-    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &m, msg, sizeof msg),
-                     RILL_OK);
+    rill_model_t *m = test_model_load("rill-tiny-qwen2-Q8_0.gguf");
     rill_backend_t *be = NULL;
     ck_assert_int_eq(rill_backend_new(NULL, &be), RILL_OK);
     rill_forward_t *fw = NULL;
@@ -1002,12 +943,12 @@ START_TEST(forward_errors_and_allocation_failures) {
 END_TEST
 
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_tiny_models()) {
-        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py "
-               "(scripts/test.sh does)\n");
-        return 77;
+    if (!test_have_models("rill-tiny-llama-F32.gguf", NULL)) {
+        return TEST_SKIP;
     }
+    char smol[TEST_PATH_MAX];
+    bool have_default =
+        test_file_exists(test_model_path(smol, sizeof smol, "SmolLM2-135M-Instruct.Q4_1.gguf"));
     Suite *s = suite_create("forward");
     TCase *tc = tcase_create("forward");
     tcase_set_timeout(tc, 600);
@@ -1020,7 +961,7 @@ int main(void) {
     tcase_add_test(tc, kv_cache_copy_pages_every_layer);
     tcase_add_test(tc, resident_ids_errors);
     tcase_add_test(tc, tiny_flash_matches_llama_cpp_flash);
-    if (have_default_model()) {
+    if (have_default) {
         tcase_add_test(tc, default_model_logits_match_llama_cpp);
         tcase_add_test(tc, default_model_greedy_matches_llama_cpp);
         tcase_add_test(tc, default_model_flash_matches_llama_cpp_flash);
@@ -1032,8 +973,8 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    if (failed == 0 && !have_default_model()) {
-        return 77;
+    if (failed == 0 && !have_default) {
+        return TEST_SKIP;
     }
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -24,6 +24,7 @@
 
 #include "rill_core.h"
 #include "rill_ingest.h"
+#include "test_util.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -505,16 +506,16 @@ START_TEST(decode_truncated_at_every_cut) {
     ck_assert_ptr_nonnull(strstr(rill_tick_decoder_last_error(strict), "truncated"));
 
     /* Random damage: one to four bytes changed. Never a crash; what comes out is valid. */
-    uint64_t x = 12345;
+    rill_rand_t rng;
+    rill_rand_seed(&rng, 12345);
     for (int iter = 0; iter < 20000; iter++) {
         uint8_t dmg[sizeof buf];
         memcpy(dmg, buf, (size_t)len);
         int k = 1 + (int)(iter % 4);
         for (int j = 0; j < k; j++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            dmg[(x >> 33) % (uint64_t)len] = (uint8_t)(x >> 20);
+            dmg[test_rand_below(&rng, (uint32_t)len)] = (uint8_t)(rill_rand_next(&rng) >> 56);
         }
-        size_t n = (size_t)len - (iter % 7 == 0 ? (x >> 40) % 8 : 0);
+        size_t n = (size_t)len - (iter % 7 == 0 ? test_rand_below(&rng, 8) : 0);
         int64_t r = dec(lenient, dmg, n, out, N);
         ck_assert(r <= N);
         for (int64_t i = 0; i < r; i++) {
@@ -728,12 +729,12 @@ START_TEST(csv_reader) {
     /* Prices read exactly as strtod reads them (the C locale is in force in this test). */
     ck_assert_int_eq(rill_tick_csv_new(&c), RILL_OK);
     expect_csv(c, "symbol,ts,price,size", RILL_EAGAIN, NULL);
-    uint64_t x = 99;
+    rill_rand_t rng;
+    rill_rand_seed(&rng, 99);
     for (int i = 0; i < 20000; i++) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        int digits = 1 + (int)((x >> 40) % 15);
-        int dec_ = (int)((x >> 50) % (uint64_t)(digits + 1));
-        uint64_t m = (x >> 3) % 1000000000000000ULL;
+        int digits = 1 + (int)test_rand_below(&rng, 15);
+        int dec_ = (int)test_rand_below(&rng, (uint32_t)(digits + 1));
+        uint64_t m = rill_rand_next(&rng) % 1000000000000000ULL;
         char num[64], mant[32];
         uint64_t p10 = 1;
         for (int j = 0; j < digits; j++) {
@@ -1177,13 +1178,13 @@ static char *clean(const char *in, size_t n, int32_t max_line, const int *sizes,
     size_t cap = RILL_TEXT_CLEAN_BOUND(n) + 16;
     char *out = malloc(cap);
     size_t o = 0, i = 0;
-    uint64_t x = 777;
+    rill_rand_t rng; /* the same random chunking on every call */
+    rill_rand_seed(&rng, 777);
     int k = 0;
     while (i < n) {
         size_t c = (size_t)sizes[k++ % n_sizes];
         if (c == 0) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            c = 1 + (size_t)((x >> 33) % 17);
+            c = 1 + (size_t)test_rand_below(&rng, 17);
         }
         c = c > n - i ? n - i : c;
         char *q = exact(in + i, c);
@@ -1295,10 +1296,10 @@ START_TEST(text_clean_is_chunk_invariant) {
     size_t cap = 1 << 16;
     char *text = malloc(cap);
     size_t n = 0;
-    uint64_t x = 2024;
+    rill_rand_t rng;
+    rill_rand_seed(&rng, 2024);
     while (n < 20000) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        int k = (int)((x >> 33) % (uint64_t)n_pieces);
+        int k = (int)test_rand_below(&rng, (uint32_t)n_pieces);
         size_t len = k == 17 ? 1 : strlen(pieces[k]); /* piece 17 is a NUL byte */
         memcpy(text + n, pieces[k], len);
         n += len;

@@ -24,13 +24,14 @@
 #include "rill_gguf.h"
 #include "rill_model.h"
 #include "rill_sampler.h"
+#include "test_util.h"
 
 #define MODEL_PATH RILL_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define VOCAB_DIR  RILL_SHARED_DIR "/testdata/tokenizer/"
 #define CORPUS_DIR RILL_SOURCE_DIR "/fuzz/corpus/gguf/"
 
 static bool have_model(const char *test) {
-    if (access(MODEL_PATH, R_OK) != 0) {
+    if (!test_file_exists(MODEL_PATH)) {
         fprintf(stderr, "%s: skipped, %s is absent\n", test, MODEL_PATH);
         return false;
     }
@@ -1105,18 +1106,6 @@ START_TEST(model_loads_tiny_llama_and_qwen2) {
 }
 END_TEST
 
-static int g_warnings;
-
-static void count_warnings(void *user, rill_log_level_t level, const char *file, int line,
-                           const char *msg) {
-    (void)user;
-    (void)file;
-    (void)line;
-    if (level == RILL_LOG_WARN && strstr(msg, "blk.0.attn_q_norm.weight") != NULL) {
-        g_warnings++;
-    }
-}
-
 START_TEST(model_unused_tensor_policy) {
     char msg[256];
     tiny_t t = tiny_default();
@@ -1128,11 +1117,11 @@ START_TEST(model_unused_tensor_policy) {
     rill_model_params_t p = rill_model_default_params();
     p.allow_unused_tensors = true;
     rill_model_t *m = NULL;
-    g_warnings = 0;
-    rill_log_set(count_warnings, NULL);
+    test_log_t log = { .only = "blk.0.attn_q_norm.weight" };
+    test_log_capture(&log);
     ck_assert_int_eq(load_buf(b, n, p, &m, msg, sizeof msg), RILL_OK);
-    rill_log_set(NULL, NULL);
-    ck_assert_int_eq(g_warnings, 1);
+    test_log_release();
+    ck_assert_int_eq(log.n_level[RILL_LOG_WARN], 1);
     rill_model_destroy(&m);
     free(b);
 }
@@ -1296,18 +1285,12 @@ START_TEST(fuzz_corpus_replays) {
         }
         char path[1024];
         snprintf(path, sizeof path, "%s%s", CORPUS_DIR, e->d_name);
-        FILE *f = fopen(path, "rb");
-        ck_assert_ptr_nonnull(f);
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        fseek(f, 0, SEEK_SET);
-        uint8_t *b = malloc(n > 0 ? (size_t)n : 1);
-        ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-        fclose(f);
+        size_t n = 0;
+        uint8_t *b = test_read_file(path, &n); /* exactly n bytes: ASan sees any overread */
         int64_t before = live();
         char msg[256] = "";
         rill_gguf_t *g = NULL;
-        rill_err_t err = rill_gguf_open_memory(b, (size_t)n, &g, msg, sizeof msg);
+        rill_err_t err = rill_gguf_open_memory(b, n, &g, msg, sizeof msg);
         /* seed-*: valid files (seed-tiny-*: loadable models); near-*: each breaks one rule of
          * the reader or the loader; anything else (fuzzer regressions): must not crash. */
         bool seed = strncmp(e->d_name, "seed-", 5) == 0;

@@ -26,12 +26,11 @@
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 #include "sched_internal.h" /* rill__sched_limit, tested directly */
+#include "test_util.h"
 
 #define QWEN  "rill-tiny-qwen2-F32.gguf"
 #define LLAMA "rill-tiny-llama-F32.gguf"
 #define SEC   1000000000LL
-
-static char g_src[1024];
 
 /* One model; an engine (backend, forward, pool, scheduler) and a reference pool. */
 typedef struct rig {
@@ -48,28 +47,18 @@ typedef struct rig {
 static void rig_open_file(rig_t *g, const char *file, int64_t cells, const rill_sched_params_t *sp,
                           bool with_sched) {
     memset(g, 0, sizeof *g);
-    char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, file);
-    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
-                     RILL_OK);
+    char msg[256] = "";
+    g->model = test_model_load(file);
     ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
                      RILL_OK);
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 1;
-    bp.max_batch = 64;
-    ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
-    ck_assert_int_eq(rill_backend_new(&bp, &g->rbe), RILL_OK);
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = 64;
-    ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
-    ck_assert_int_eq(rill_forward_new(g->model, g->rbe, &fp, &g->rfw), RILL_OK);
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = cells;
-    pp.kv_type = RILL_DTYPE_F32;
-    pp.tokenizer = g->tok;
-    ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
-    pp.n_cells = 8192;
-    ck_assert_int_eq(rill_session_pool_new(g->rfw, &pp, &g->rpool), RILL_OK);
+    test_rig_params_t p = test_rig_default_params(file);
+    p.backend.cpu.n_threads = 1;
+    p.forward.max_batch = 64;
+    p.pool.n_cells = cells;
+    p.pool.kv_type = RILL_DTYPE_F32;
+    test_engine_open(g->model, g->tok, &p, &g->be, &g->fw, &g->pool);
+    p.pool.n_cells = 8192;
+    test_engine_open(g->model, g->tok, &p, &g->rbe, &g->rfw, &g->rpool);
     if (with_sched) {
         ck_assert_int_eq(rill_sched_new(g->pool, sp, &g->sch), RILL_OK);
     }
@@ -89,28 +78,15 @@ static void rig_open(rig_t *g) {
 static void rig_close(rig_t *g) {
     rill_sched_destroy(&g->sch);
     ck_assert_ptr_null(g->sch);
-    rill_session_pool_destroy(&g->pool);
-    rill_session_pool_destroy(&g->rpool);
-    rill_forward_destroy(&g->fw);
-    rill_forward_destroy(&g->rfw);
-    rill_backend_destroy(&g->be);
-    rill_backend_destroy(&g->rbe);
+    test_engine_close(&g->pool, &g->fw, &g->be);
+    test_engine_close(&g->rpool, &g->rfw, &g->rbe);
     rill_tokenizer_destroy(&g->tok);
     rill_model_destroy(&g->model);
 }
 
-static uint64_t g_rng = 0x9e3779b97f4a7c15ULL;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 11);
-}
-
+/* t[0, n) = token ids below V from the suite's stream (test_util.h's test_rng()). */
 static void random_tokens(int32_t *t, int n, int V) {
-    for (int i = 0; i < n; i++) {
-        t[i] = (int32_t)(rnd() % (uint32_t)V);
-    }
+    test_rand_tokens(test_rng(), t, n, V);
 }
 
 /* ---- a request's outcome, filled by the callbacks ------------------------------------------ */
@@ -379,7 +355,7 @@ START_TEST(questions_preempt_running_steps) {
         outcome_init(&o);
         rill_sched_ask_t a = ask_of(q, 8, 4, &o);
         rill_sched_rid_t rid = 0;
-        usleep(300 + (useconds_t)(rnd() % 700));
+        usleep(300 + (useconds_t)test_rand_below(test_rng(), 700));
         ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
         wait_done(&o, 1);
         ck_assert_int_eq(o.a.status, RILL_OK);
@@ -2468,28 +2444,21 @@ typedef struct client {
     rill_sched_sid_t sid[STRESS_SESSIONS / STRESS_THREADS];
     int32_t *mine[STRESS_SESSIONS / STRESS_THREADS]; /* what each session must hold */
     int n_mine[STRESS_SESSIONS / STRESS_THREADS];
-    uint64_t rng;
+    rill_rand_t rng; /* the thread's own stream */
     int asks, failures;
 } client_t;
-
-static uint32_t crnd(client_t *c) {
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return (uint32_t)(c->rng >> 11);
-}
 
 static void *client_main(void *arg) {
     client_t *c = arg;
     int per = STRESS_SESSIONS / STRESS_THREADS;
     for (int op = 0; op < 60; op++) {
-        int k = (int)(crnd(c) % (uint32_t)per);
+        int k = (int)test_rand_below(&c->rng, (uint32_t)per);
         int32_t toks[40];
-        int n = 1 + (int)(crnd(c) % 40);
+        int n = 1 + (int)test_rand_below(&c->rng, 40);
         for (int i = 0; i < n; i++) {
-            toks[i] = (int32_t)(crnd(c) % (uint32_t)c->g->V);
+            toks[i] = (int32_t)test_rand_below(&c->rng, (uint32_t)c->g->V);
         }
-        uint32_t what = crnd(c) % 10;
+        uint32_t what = test_rand_below(&c->rng, 10);
         if (what < 6 || c->n_mine[k] == 0) {
             if (rill_sched_ingest(c->g->sch, c->sid[k], toks, n) == RILL_OK) {
                 memcpy(c->mine[k] + c->n_mine[k], toks, (size_t)n * 4);
@@ -2500,7 +2469,8 @@ static void *client_main(void *arg) {
         } else if (what < 9) {
             outcome_t o;
             outcome_init(&o);
-            rill_sched_ask_t a = ask_of(toks, n > 8 ? 8 : n, 1 + (int)(crnd(c) % 4), &o);
+            rill_sched_ask_t a =
+                ask_of(toks, n > 8 ? 8 : n, 1 + (int)test_rand_below(&c->rng, 4), &o);
             rill_sched_rid_t rid;
             if (rill_sched_ask(c->g->sch, c->sid[k], &a, &rid) == RILL_OK) {
                 wait_done(&o, 1);
@@ -2542,7 +2512,7 @@ START_TEST(stress_sixteen_sessions_isolated) {
     for (int t = 0; t < STRESS_THREADS; t++) {
         memset(&cl[t], 0, sizeof cl[t]);
         cl[t].g = &g;
-        cl[t].rng = 0x1234567ULL * (uint64_t)(t + 1);
+        rill_rand_seed(&cl[t].rng, (uint64_t)(t + 1));
         for (int k = 0; k < per; k++) {
             cl[t].sid[k] = new_session(&g, 16, 160);
             cl[t].mine[k] = malloc(8192 * sizeof(int32_t));
@@ -2595,21 +2565,9 @@ START_TEST(stress_sixteen_sessions_isolated) {
 }
 END_TEST
 
-static bool have_tiny_models(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
 int main(int argc, char **argv) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_tiny_models()) {
-        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py\n");
-        return 77;
+    if (!test_have_models(QWEN, LLAMA, NULL)) {
+        return TEST_SKIP;
     }
     bool stress_only = argc > 1 && strcmp(argv[1], "--stress") == 0;
     Suite *su = suite_create("scheduler");

@@ -25,60 +25,23 @@
 #include "rill_model.h"
 #include "rill_session.h"
 #include "rill_tokenizer.h"
+#include "test_util.h"
 
 #define QWEN  "rill-tiny-qwen2-F32.gguf"
 #define LLAMA "rill-tiny-llama-F32.gguf"
 #define MAXT  4096
 
-static char g_src[1024];
+/* The rig: a model, a backend, a forward pass, a session pool and a contiguous reference cache
+ * of 256 positions (g->kv, g->pt) for the re-prefill oracle. */
+typedef test_rig_t rig_t;
 
-/* A model, a backend, a forward pass, a session pool and a contiguous reference cache. */
-typedef struct rig {
-    rill_model_t *model;
-    void *file; /* in-memory GGUF of a patched model, or NULL */
-    rill_tokenizer_t *tok;
-    rill_backend_t *be;
-    rill_forward_t *fw;
-    rill_session_pool_t *pool;
-    rill_kv_cache_t *ref;
-    int32_t ref_pages[64];
-    int32_t V;
-} rig_t;
-
-static void log_quiet(void *user, rill_log_level_t level, const char *file, int line,
-                      const char *msg) {
-    (void)user;
-    (void)level;
-    (void)file;
-    (void)line;
-    (void)msg;
-}
-
-static void *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_ptr_nonnull(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *buf = malloc((size_t)n);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-/* Loads model (n_layer 0: as stored; 1: block_count patched to 1). */
-static void load_model(rig_t *g, const char *model, int n_layer) {
-    char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, model);
-    if (n_layer == 0) {
-        ck_assert_int_eq(
-            rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
-            RILL_OK);
-        return;
-    }
+/* Loads model with block_count patched to n_layer in an in-memory copy (loaded with
+ * allow_unused_tensors: the layers past n_layer are ignored); *file is the copy, which the
+ * model reads from (the rig frees it at close). */
+static rill_model_t *load_patched(const char *model, int n_layer, void **file) {
+    char path[TEST_PATH_MAX], msg[256] = "";
     size_t len = 0;
-    unsigned char *buf = read_file(path, &len);
+    unsigned char *buf = test_read_file(test_model_path(path, sizeof path, model), &len);
     const char *arch = strncmp(model, "rill-tiny-qwen2", 15) == 0 ? "qwen2" : "llama";
     char key[64];
     snprintf(key, sizeof key, "%s.block_count", arch);
@@ -98,78 +61,44 @@ static void load_model(rig_t *g, const char *model, int n_layer) {
     ck_assert_int_eq(rill_gguf_open_memory(buf, len, &gg, msg, sizeof msg), RILL_OK);
     rill_model_params_t mp = rill_model_default_params();
     mp.allow_unused_tensors = true;
-    rill_log_set(log_quiet, NULL); /* one warning per ignored tensor */
-    ck_assert_int_eq(rill_model_load_gguf(&gg, mp, &g->model, msg, sizeof msg), RILL_OK);
-    rill_log_set(NULL, NULL);
-    ck_assert_int_eq(rill_model_hparams(g->model)->n_layer, n_layer);
-    g->file = buf;
+    rill_model_t *m = NULL;
+    test_log_quiet(); /* one warning per ignored tensor */
+    ck_assert_int_eq(rill_model_load_gguf(&gg, mp, &m, msg, sizeof msg), RILL_OK);
+    test_log_release();
+    ck_assert_int_eq(rill_model_hparams(m)->n_layer, n_layer);
+    *file = buf;
+    return m;
 }
 
+/* n_layer 0: the model as stored; 1: block_count patched to 1 (load_patched). */
 static void rig_open_ex(rig_t *g, const char *model, int n_layer, int64_t cells, rill_dtype_t kvt,
                         int32_t max_batch) {
-    memset(g, 0, sizeof *g);
-    load_model(g, model, n_layer);
-    char msg[256];
-    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
-                     RILL_OK);
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 2;
-    bp.max_batch = 64;
-    ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = max_batch;
-    ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = cells;
-    pp.kv_type = kvt;
-    pp.tokenizer = g->tok;
-    ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
-    ck_assert_int_eq(rill_kv_cache_new(g->fw, kvt, RILL_KV_PAGE_SIZE, 16, &g->ref), RILL_OK);
-    for (int i = 0; i < 16; i++) {
-        g->ref_pages[i] = i;
+    test_rig_params_t p = test_rig_default_params(model);
+    p.forward.max_batch = max_batch;
+    p.pool.n_cells = cells;
+    p.pool.kv_type = kvt;
+    p.ref_tokens = 16 * RILL_KV_PAGE_SIZE;
+    if (n_layer == 0) {
+        test_rig_open(g, &p);
+    } else {
+        void *file = NULL;
+        rill_model_t *m = load_patched(model, n_layer, &file);
+        test_rig_open_model(g, m, file, &p);
     }
-    g->V = rill_model_hparams(g->model)->n_vocab;
 }
 
 static void rig_open(rig_t *g, const char *model, int64_t cells) {
     rig_open_ex(g, model, 0, cells, RILL_DTYPE_F32, 64);
 }
 
-static void rig_close(rig_t *g) {
-    rill_kv_cache_destroy(&g->ref);
-    rill_session_pool_destroy(&g->pool);
-    rill_forward_destroy(&g->fw);
-    rill_backend_destroy(&g->be);
-    rill_tokenizer_destroy(&g->tok);
-    rill_model_destroy(&g->model);
-    free(g->file);
-}
-
 /* The oracle: logits of the last of tokens[0, n) by a fresh contiguous prefill (n <= 256). */
 static void ref_logits(rig_t *g, const int32_t *tokens, int n, float *out) {
-    rill_page_table_t pt = { g->ref_pages, 16 };
-    rill_err_t err = rill_forward_eval_sequence(g->fw, g->ref, &pt, 0, tokens, n, false, out);
+    rill_err_t err = rill_forward_eval_sequence(g->fw, g->kv, &g->pt, 0, tokens, n, false, out);
     ck_assert_msg(err == RILL_OK, "ref: %s", rill_forward_last_error(g->fw));
 }
 
-static double max_abs(const float *x, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) {
-        m = fmax(m, fabs(x[i]));
-    }
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    }
-    return m;
-}
-
 static void check_close(const float *got, const float *want, int n, double rel, const char *what) {
-    double scale = max_abs(want, n), d = max_diff(got, want, n);
+    double scale = test_max_abs(want, n), d = test_max_diff(got, want, n);
     ck_assert_msg(d <= rel * scale, "%s: max|d| %g > %g * scale %g", what, d, rel, scale);
 }
 
@@ -180,50 +109,13 @@ static const float *logits_of(rill_session_t *s) {
     return l;
 }
 
-static uint64_t g_rng = 0x12345678abcdefULL;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 11);
-}
-
-static void random_tokens(int32_t *t, int n, int V) {
-    for (int i = 0; i < n; i++) {
-        t[i] = (int32_t)(rnd() % (uint32_t)V);
-    }
-}
-
-/* Every page of the pool: refs equal the number of table entries naming it. */
-static void check_pool(rig_t *g, rill_session_t **ss, int n_ss) {
-    int32_t n_pages = rill_session_pool_n_pages(g->pool);
-    int32_t *count = calloc((size_t)n_pages, sizeof *count);
-    for (int i = 0; i < n_ss; i++) {
-        if (ss[i] == NULL) {
-            continue;
-        }
-        int32_t n = 0;
-        const int32_t *pg = rill_session_pages(ss[i], &n);
-        for (int32_t j = 0; j < n; j++) {
-            count[pg[j]]++;
-        }
-    }
-    int32_t n_free = 0;
-    for (int32_t p = 0; p < n_pages; p++) {
-        ck_assert_int_eq(rill_session_pool_page_refs(g->pool, p), count[p]);
-        n_free += count[p] == 0;
-    }
-    ck_assert_int_eq(n_free, rill_session_pool_n_free(g->pool));
-    free(count);
-}
-
 /* ---- append ------------------------------------------------------------------------------- */
 
 START_TEST(chunked_appends_equal_one_shot) {
     rig_t g;
     rig_open(&g, QWEN, 4096);
     int32_t toks[200];
-    random_tokens(toks, 200, g.V);
+    test_rand_tokens(test_rng(), toks, 200, g.V);
     float *want = malloc((size_t)g.V * sizeof *want);
     int chunks[] = { 1, 7, 64, 200 };
     for (size_t c = 0; c < sizeof chunks / sizeof chunks[0]; c++) {
@@ -247,7 +139,7 @@ START_TEST(chunked_appends_equal_one_shot) {
         ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
     }
     free(want);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -312,8 +204,8 @@ START_TEST(query_leaves_session_identical) {
     rig_t g;
     rig_open_ex(&g, QWEN, 0, 4096, RILL_DTYPE_F16, 64);
     int32_t toks[45], q[12];
-    random_tokens(toks, 45, g.V);
-    random_tokens(q, 12, g.V);
+    test_rand_tokens(test_rng(), toks, 45, g.V);
+    test_rand_tokens(test_rng(), q, 12, g.V);
     rill_session_t *s = NULL, *twin = NULL;
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &twin), RILL_OK);
@@ -359,7 +251,7 @@ START_TEST(query_leaves_session_identical) {
     rill_sampler_destroy(&smp);
     rill_session_destroy(&s);
     rill_session_destroy(&twin);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -399,11 +291,11 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
     ck_assert_int_eq(rill_session_new(g.pool, &sp, &ss[0]), RILL_OK);
     int counts[5] = { 0 }, efull = 0;
     for (int op = 0; op < 1000; op++) {
-        int b = (int)(rnd() % NB);
+        int b = (int)test_rand_below(test_rng(), NB);
         while (ss[b] == NULL) {
             b = (b + 1) % NB;
         }
-        int kind = (int)(rnd() % 10);
+        int kind = (int)test_rand_below(test_rng(), 10);
         int touched = b;
         if (kind < 2) { /* fork */
             int d = 0;
@@ -418,7 +310,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
             n_tok[d] = n_tok[b];
             touched = d;
         } else if (kind < 7) { /* append */
-            int m = 1 + (int)(rnd() % 20);
+            int m = 1 + (int)test_rand_below(test_rng(), 20);
             if (window == 0 && n_tok[b] + m > 250) {
                 m = 250 - n_tok[b];
             }
@@ -426,7 +318,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
                 continue;
             }
             int32_t add[20];
-            random_tokens(add, m, g.V);
+            test_rand_tokens(test_rng(), add, m, g.V);
             int32_t free0 = rill_session_pool_n_free(g.pool);
             rill_session_stats_t st0, st1;
             rill_session_stats(ss[b], &st0);
@@ -441,7 +333,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
                 ref_push(toks[b], &n_tok[b], add, m, cap, 16, 32);
             }
         } else if (kind < 9) { /* rollback */
-            int pos = n_tok[b] > 0 ? (int)(rnd() % (uint32_t)(n_tok[b] + 1)) : 0;
+            int pos = n_tok[b] > 0 ? (int)test_rand_below(test_rng(), (uint32_t)(n_tok[b] + 1)) : 0;
             ck_assert_int_eq(rill_session_rollback(ss[b], pos), RILL_OK);
             n_tok[b] = pos;
         } else { /* drop, keeping at least one */
@@ -457,7 +349,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
             touched = -1;
         }
         counts[kind < 2 ? 0 : kind < 7 ? 1 : kind < 9 ? 2 : 3]++;
-        check_pool(&g, ss, NB);
+        test_pool_check(g.pool, ss, NB);
         if (touched >= 0) {
             int32_t n = 0;
             const int32_t *t = rill_session_tokens(ss[touched], &n);
@@ -482,7 +374,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
     }
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
     free(want);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 
 START_TEST(random_ops_match_reprefill) {
@@ -540,7 +432,7 @@ static void eviction_rotates_keys(const char *model) {
     rill_session_t *s = NULL;
     ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
     int32_t stream[100], win[100];
-    random_tokens(stream, 100, g.V);
+    test_rand_tokens(test_rng(), stream, 100, g.V);
     ck_assert_int_eq(rill_session_append(s, stream, 80), RILL_OK); /* full: 16 + 64 */
     rill_session_t *f = NULL;
     ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK); /* the shift must copy shared pages */
@@ -557,15 +449,15 @@ static void eviction_rotates_keys(const char *model) {
     ck_assert_int_eq(n, 67);
     int32_t np = 0;
     const int32_t *pages = rill_session_pages(s, &np);
-    const rill_kv_layout_t *lay = rill_kv_cache_layout(g.ref);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(g.kv);
     int row = lay->n_kv_heads * lay->head_dim;
     float *got = malloc((size_t)100 * row * sizeof(float));
     float *fresh = malloc((size_t)100 * row * sizeof(float));
     read_k(&g, rill_session_pool_cache(g.pool), pages, 0, n, got);
     float *tmp = malloc((size_t)g.V * sizeof(float));
     ref_logits(&g, win, n, tmp);
-    read_k(&g, g.ref, g.ref_pages, 0, n, fresh);
-    double scale = max_abs(fresh, n * row), d = max_diff(got, fresh, n * row);
+    read_k(&g, g.kv, g.pages, 0, n, fresh);
+    double scale = test_max_abs(fresh, n * row), d = test_max_diff(got, fresh, n * row);
     printf("%s: re-rotated layer-0 keys vs fresh: max|d| %.3g (scale %.3g)\n", model, d, scale);
     ck_assert_msg(d <= 1e-4 * scale, "re-rotated keys differ: %g", d);
     /* The fork still holds the un-shifted keys of the same tokens at their old positions. */
@@ -574,14 +466,14 @@ static void eviction_rotates_keys(const char *model) {
     ck_assert_int_eq(nf, 5);
     ref_logits(&g, stream, 80, tmp);
     read_k(&g, rill_session_pool_cache(g.pool), fpages, 0, 80, got);
-    read_k(&g, g.ref, g.ref_pages, 0, 80, fresh);
-    ck_assert(max_diff(got, fresh, 80 * row) <= 1e-6 * scale);
+    read_k(&g, g.kv, g.pages, 0, 80, fresh);
+    ck_assert(test_max_diff(got, fresh, 80 * row) <= 1e-6 * scale);
     free(got);
     free(fresh);
     free(tmp);
     rill_session_destroy(&f);
     rill_session_destroy(&s);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 
 START_TEST(eviction_rotates_keys_qwen2_neox) {
@@ -605,11 +497,11 @@ START_TEST(one_layer_eviction_equals_fresh_prefill) {
     rill_session_t *s = NULL;
     ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
     int32_t stream[700], win[300];
-    random_tokens(stream, 700, g.V);
+    test_rand_tokens(test_rng(), stream, 700, g.V);
     float *want = malloc((size_t)g.V * sizeof *want);
     int seen = 0, checks = 0;
     while (seen < 700) {
-        int m = 1 + (int)(rnd() % 40);
+        int m = 1 + (int)test_rand_below(test_rng(), 40);
         m = m < 700 - seen ? m : 700 - seen;
         ck_assert_int_eq(rill_session_append(s, stream + seen, m), RILL_OK);
         seen += m;
@@ -633,7 +525,7 @@ START_TEST(one_layer_eviction_equals_fresh_prefill) {
     ck_assert_int_gt(checks, 10);
     rill_session_destroy(&s);
     free(want);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -653,8 +545,8 @@ START_TEST(endless_stream_in_bounded_memory) {
     int32_t chunk[64];
     int64_t seen = 0;
     while (seen < 10 * n_ctx) {
-        int m = 1 + (int)(rnd() % 64);
-        random_tokens(chunk, m, g.V);
+        int m = 1 + (int)test_rand_below(test_rng(), 64);
+        test_rand_tokens(test_rng(), chunk, m, g.V);
         ck_assert_int_eq(rill_session_append(s, chunk, m), RILL_OK);
         seen += m;
         rill_session_stats_t st;
@@ -674,7 +566,7 @@ START_TEST(endless_stream_in_bounded_memory) {
         ck_assert(isfinite(l[i]));
     }
     rill_session_destroy(&s);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -684,7 +576,7 @@ START_TEST(exhausted_budget_changes_nothing) {
     rig_t g;
     rig_open(&g, QWEN, 4 * 16); /* 4 pages */
     int32_t toks[100];
-    random_tokens(toks, 100, g.V);
+    test_rand_tokens(test_rng(), toks, 100, g.V);
     rill_session_t *s = NULL, *f = NULL, *t = NULL;
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &t), RILL_OK);
@@ -741,12 +633,12 @@ START_TEST(exhausted_budget_changes_nothing) {
     ck_assert_int_eq(rill_session_pool_new(g.fw, &pp, &g.pool), RILL_OK);
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
     int32_t many[256];
-    random_tokens(many, 256, g.V);
+    test_rand_tokens(test_rng(), many, 256, g.V);
     ck_assert_int_eq(rill_session_append(s, many, 250), RILL_OK);
     ck_assert_int_eq(rill_session_append(s, many, 7), RILL_ERANGE);
     ck_assert_int_eq(rill_session_append(s, many, 6), RILL_OK);
     rill_session_destroy(&s);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -770,7 +662,7 @@ static void text_chunks_equal_whole(const char *model) {
         rill_session_t *s = NULL;
         ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
         for (size_t i = 0; i < len;) {
-            size_t m = sizes[c] != 0 ? sizes[c] : 1 + rnd() % 20;
+            size_t m = sizes[c] != 0 ? sizes[c] : 1 + test_rand_below(test_rng(), 20);
             m = m < len - i ? m : len - i;
             ck_assert_int_eq(rill_session_append_text(s, TEXT + i, m), RILL_OK);
             i += m;
@@ -784,7 +676,7 @@ static void text_chunks_equal_whole(const char *model) {
         ck_assert_mem_eq(t, want, (size_t)n * sizeof(int32_t));
         rill_session_destroy(&s);
     }
-    rig_close(&g);
+    test_rig_close(&g);
 }
 
 START_TEST(text_chunks_equal_whole_text_bpe) {
@@ -840,7 +732,7 @@ START_TEST(arguments_are_checked) {
     rill_session_destroy(&s);
     rill_session_destroy(&s); /* NULL-safe */
     rill_session_pool_destroy(&p);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -848,7 +740,7 @@ START_TEST(allocation_failures_leave_everything_as_it_was) {
     rig_t g;
     rig_open(&g, QWEN, 256);
     int32_t toks[40];
-    random_tokens(toks, 40, g.V);
+    test_rand_tokens(test_rng(), toks, 40, g.V);
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = 256;
     pp.tokenizer = g.tok;
@@ -906,7 +798,7 @@ START_TEST(allocation_failures_leave_everything_as_it_was) {
         ck_assert_int_eq(rill_mem_stats_total().n_live, before.n_live);
     }
     ck_assert_int_eq(failed, points);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -919,7 +811,7 @@ START_TEST(cancelled_step_changes_nothing) {
     int32_t toks[2][70];
     rill_session_t *s[2] = { NULL, NULL };
     for (int i = 0; i < 2; i++) {
-        random_tokens(toks[i], 70, g.V);
+        test_rand_tokens(test_rng(), toks[i], 70, g.V);
         ck_assert_int_eq(rill_session_new(g.pool, NULL, &s[i]), RILL_OK);
     }
     ck_assert_int_eq(rill_session_append(s[0], toks[0], 40), RILL_OK);
@@ -964,7 +856,7 @@ START_TEST(cancelled_step_changes_nothing) {
         rill_session_destroy(&s[i]);
     }
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -976,7 +868,7 @@ START_TEST(step_batches_sessions_like_lone_appends) {
     int32_t toks[3][90];
     rill_session_t *s[3] = { NULL, NULL, NULL };
     for (int i = 0; i < 3; i++) {
-        random_tokens(toks[i], 90, g.V);
+        test_rand_tokens(test_rng(), toks[i], 90, g.V);
         ck_assert_int_eq(rill_session_new(g.pool, NULL, &s[i]), RILL_OK);
     }
     ck_assert_int_eq(rill_session_append(s[0], toks[0], 30), RILL_OK); /* resident already */
@@ -1028,7 +920,7 @@ START_TEST(step_batches_sessions_like_lone_appends) {
         rill_session_destroy(&s[i]);
     }
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1037,7 +929,7 @@ START_TEST(queue_fork_rollback_and_adopt) {
     rig_t g;
     rig_open(&g, QWEN, 4 * 16);
     int32_t toks[100];
-    random_tokens(toks, 100, g.V);
+    test_rand_tokens(test_rng(), toks, 100, g.V);
     rill_session_t *s = NULL, *f = NULL;
     ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
     ck_assert_int_eq(rill_session_append(s, toks, 20), RILL_OK);
@@ -1086,7 +978,7 @@ START_TEST(queue_fork_rollback_and_adopt) {
     rill_session_destroy(&f);
     free(want);
     rill_session_destroy(&s);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1094,7 +986,7 @@ START_TEST(unwindowed_fork_does_not_evict) {
     rig_t g;
     rig_open(&g, QWEN, 4096);
     int32_t toks[120];
-    random_tokens(toks, 120, g.V);
+    test_rand_tokens(test_rng(), toks, 120, g.V);
     rill_session_params_t sp = rill_session_default_params();
     sp.n_sink = 16;
     sp.window = 64;
@@ -1115,26 +1007,13 @@ START_TEST(unwindowed_fork_does_not_evict) {
     free(want);
     rill_session_destroy(&f);
     rill_session_destroy(&s);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
-static bool have_tiny_models(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_tiny_models()) {
-        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py "
-               "(scripts/test.sh does)\n");
-        return 77;
+    if (!test_have_models(QWEN, LLAMA, NULL)) {
+        return TEST_SKIP;
     }
     Suite *su = suite_create("sessions");
     TCase *tc = tcase_create("sessions");

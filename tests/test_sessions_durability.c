@@ -25,7 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,6 +34,7 @@
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 #include "session_internal.h" /* the I/O failure hook and the session's held-back text */
+#include "test_util.h"
 
 #define MODEL     "rill-tiny-qwen2-Q8_0.gguf"
 #define MODEL_F32 "rill-tiny-qwen2-F32.gguf"
@@ -42,77 +42,30 @@
 #define LOG_HDR   128
 #define REC_HDR   24
 
-static char g_src[1024];
 static char g_dir[64];
 
 /* ---- the rig -------------------------------------------------------------------------------- */
 
-typedef struct rig {
-    rill_model_t *model;
-    rill_tokenizer_t *tok;
-    rill_backend_t *be;
-    rill_forward_t *fw;
-    rill_session_pool_t *pool;
-    int32_t V, L;
-} rig_t;
+typedef test_rig_t rig_t;
 
-typedef struct rig_opts {
-    const char *model;
-    int64_t cells;
-    rill_dtype_t kv;
-    int32_t page;
-} rig_opts_t;
-
-/* Returns 0 or the step that failed (usable in a child process, which must not ck_assert). */
-static int rig_try(rig_t *g, rig_opts_t o) {
-    memset(g, 0, sizeof *g);
-    char path[1200], msg[256];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, o.model);
-    if (rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg) != 0) {
-        return 1;
-    }
-    if (rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg) != RILL_OK) {
-        return 2;
-    }
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 2;
-    bp.max_batch = 64;
-    if (rill_backend_new(&bp, &g->be) != RILL_OK) {
-        return 3;
-    }
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = 32;
-    if (rill_forward_new(g->model, g->be, &fp, &g->fw) != RILL_OK) {
-        return 4;
-    }
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = o.cells;
-    pp.kv_type = o.kv;
-    pp.page_size = o.page;
-    pp.tokenizer = g->tok;
-    if (rill_session_pool_new(g->fw, &pp, &g->pool) != RILL_OK) {
-        return 5;
-    }
-    g->V = rill_model_hparams(g->model)->n_vocab;
-    g->L = rill_model_hparams(g->model)->n_layer;
-    return 0;
+/* The suite's rig: forward passes of at most 32 tokens. */
+static test_rig_params_t rig_params(const char *model, int64_t cells, rill_dtype_t kv,
+                                    int32_t page) {
+    test_rig_params_t p = test_rig_default_params(model);
+    p.forward.max_batch = 32;
+    p.pool.n_cells = cells;
+    p.pool.kv_type = kv;
+    p.pool.page_size = page;
+    return p;
 }
 
 static void rig_open_ex(rig_t *g, const char *model, int64_t cells, rill_dtype_t kv, int32_t page) {
-    rig_opts_t o = { model, cells, kv, page };
-    ck_assert_int_eq(rig_try(g, o), 0);
+    test_rig_params_t p = rig_params(model, cells, kv, page);
+    test_rig_open(g, &p);
 }
 
 static void rig_open(rig_t *g, int64_t cells) {
     rig_open_ex(g, MODEL, cells, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE);
-}
-
-static void rig_close(rig_t *g) {
-    rill_session_pool_destroy(&g->pool);
-    rill_forward_destroy(&g->fw);
-    rill_backend_destroy(&g->be);
-    rill_tokenizer_destroy(&g->tok);
-    rill_model_destroy(&g->model);
 }
 
 static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
@@ -126,45 +79,6 @@ static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
 
 /* ---- files ---------------------------------------------------------------------------------- */
 
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static void write_all(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
-    fclose(f);
-}
-
-static bool exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static int64_t file_size(const char *path) {
-    struct stat st;
-    ck_assert_int_eq(stat(path, &st), 0);
-    return (int64_t)st.st_size;
-}
-
 /* Files in the temporary directory whose name contains ".tmp." (left-over temporary files). */
 static int count_tmp_files(void) {
     DIR *d = opendir(g_dir);
@@ -175,21 +89,6 @@ static int count_tmp_files(void) {
     }
     closedir(d);
     return n;
-}
-
-static void clear_dir(void) {
-    DIR *d = opendir(g_dir);
-    if (d == NULL) {
-        return;
-    }
-    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            unlink(p);
-        }
-    }
-    closedir(d);
 }
 
 /* ---- state of a session --------------------------------------------------------------------- */
@@ -291,44 +190,7 @@ static void state_equal(rig_t *g, const state_t *a, const state_t *b, const char
     ck_assert_msg(memcmp(a->kv, b->kv, a->kv_bytes) == 0, "%s: K/V bytes differ", what);
 }
 
-/* Page references of the whole pool, to check "the pool is as before". */
-typedef struct pool_view {
-    int32_t n_free;
-    int32_t refs[512];
-} pool_view_t;
-
-static void view(rig_t *g, pool_view_t *v) {
-    int32_t n = rill_session_pool_n_pages(g->pool);
-    ck_assert_int_le(n, 512);
-    v->n_free = rill_session_pool_n_free(g->pool);
-    for (int32_t i = 0; i < n; i++) {
-        v->refs[i] = rill_session_pool_page_refs(g->pool, i);
-    }
-}
-
-static void same_pool(rig_t *g, const pool_view_t *before) {
-    pool_view_t now;
-    view(g, &now);
-    ck_assert_int_eq(now.n_free, before->n_free);
-    ck_assert(memcmp(now.refs, before->refs,
-                     (size_t)rill_session_pool_n_pages(g->pool) * sizeof(int32_t)) == 0);
-}
-
 /* ---- inputs --------------------------------------------------------------------------------- */
-
-static uint64_t g_rng = 0x2545F4914F6CDD1DULL;
-static uint32_t rnd(void) {
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return (uint32_t)(g_rng >> 11);
-}
-
-static void random_tokens(int32_t *t, int n, int V) {
-    for (int i = 0; i < n; i++) {
-        t[i] = (int32_t)(rnd() % (uint32_t)V);
-    }
-}
 
 /* Batch b of the crash test: 8 ids that depend on b only. */
 static void batch_tokens(int b, int32_t *t, int V) {
@@ -343,22 +205,22 @@ static const char *const g_words[] = { "the quick ", "brown fox", " jumps over t
 /* A mixed run of input calls on s (tokens, text chunks, flush, rollback, generate). When `snap`
  * is given, a snapshot is written there halfway. Deterministic in `seed`. */
 static void ingest_mix(rig_t *g, rill_session_t *s, uint64_t seed, const char *snap) {
-    uint64_t saved = g_rng;
-    g_rng = seed;
+    rill_rand_t r;
+    rill_rand_seed(&r, seed);
     int32_t t[40];
     for (int step = 0; step < 24; step++) {
-        uint32_t r = rnd() % 10;
+        uint32_t what = test_rand_below(&r, 10);
         rill_err_t err = RILL_OK;
-        if (r < 4) {
-            int n = 1 + (int)(rnd() % 12);
-            random_tokens(t, n, g->V);
+        if (what < 4) {
+            int n = 1 + (int)test_rand_below(&r, 12);
+            test_rand_tokens(&r, t, n, g->V);
             err = rill_session_append(s, t, n);
-        } else if (r < 7) {
-            const char *w = g_words[rnd() % 8];
+        } else if (what < 7) {
+            const char *w = g_words[test_rand_below(&r, 8)];
             err = rill_session_append_text(s, w, strlen(w));
-        } else if (r == 7) {
+        } else if (what == 7) {
             err = rill_session_flush_text(s);
-        } else if (r == 8) {
+        } else if (what == 8) {
             rill_session_stats_t st;
             rill_session_stats(s, &st);
             err = rill_session_rollback(s, st.n_resident >= 3 ? st.n_resident - 3 : 0);
@@ -376,7 +238,6 @@ static void ingest_mix(rig_t *g, rill_session_t *s, uint64_t seed, const char *s
             ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
         }
     }
-    g_rng = saved;
 }
 
 static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log,
@@ -389,32 +250,18 @@ static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log,
     return r;
 }
 
-/* Warnings delivered by the library (the torn-tail message). */
-static int g_warns;
-static char g_last_warn[512];
-static void count_warnings(void *user, rill_log_level_t level, const char *file, int line,
-                           const char *msg) {
-    (void)user;
-    (void)file;
-    (void)line;
-    if (level == RILL_LOG_WARN) {
-        g_warns++;
-        snprintf(g_last_warn, sizeof g_last_warn, "%s", msg);
-    }
-}
-
 /* ---- snapshot ------------------------------------------------------------------------------- */
 
 START_TEST(snapshot_destroy_restore_is_bit_identical) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *snap = tmp_path("a.snap");
+    const char *snap = test_path_in(g_dir, "a.snap");
     /* Three shapes: a windowed stream past several evictions with held-back text; a fork that
      * shares pages with it; a session whose logits a rollback invalidated. */
     for (int shape = 0; shape < 3; shape++) {
         rill_session_t *s = new_session(&g, 16, 64), *f = NULL, *subject = s;
         int32_t t[200];
-        random_tokens(t, 200, g.V);
+        test_rand_tokens(test_rng(), t, 200, g.V);
         ck_assert_int_eq(rill_session_append(s, t, 200), RILL_OK);
         ck_assert_int_eq(rill_session_append_text(s, "hello there wor", 15), RILL_OK);
         ck_assert_uint_gt(rill_session_pending_text(s), 0);
@@ -469,8 +316,8 @@ START_TEST(snapshot_destroy_restore_is_bit_identical) {
     rill_session_destroy(&e);
     rill_session_destroy(&r);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -479,7 +326,7 @@ END_TEST
 START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
     rig_t g;
     rig_open(&g, 2048);
-    const char *snap = tmp_path("b.snap"), *log = tmp_path("b.log");
+    const char *snap = test_path_in(g_dir, "b.snap"), *log = test_path_in(g_dir, "b.log");
     for (int window = 0; window < 2; window++) {
         int32_t sinks = window ? 16 : 0, w = window ? 48 : 0;
         uint64_t seed = 0x1234u + (uint64_t)window;
@@ -507,7 +354,7 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         /* The restored session continues the same log. */
         ck_assert(rill_session_has_log(r));
         int32_t more[20];
-        random_tokens(more, 20, g.V);
+        test_rand_tokens(test_rng(), more, 20, g.V);
         ck_assert_int_eq(rill_session_append(r, more, 20), RILL_OK);
         ck_assert_int_eq(rill_session_append(u, more, 20), RILL_OK);
         ck_assert_int_eq(rill_session_append_text(r, "tail text", 9), RILL_OK);
@@ -536,8 +383,8 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
 
         /* A log that lost records the snapshot holds is started afresh after the snapshot. */
         size_t len = 0;
-        unsigned char *bytes = read_all(log, &len);
-        write_all(log, bytes, LOG_HDR); /* header only: it ends before the snapshot */
+        unsigned char *bytes = test_read_file(log, &len);
+        test_write_file(log, bytes, LOG_HDR); /* header only: it ends before the snapshot */
         free(bytes);
         r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
         ck_assert_int_eq(rill_session_append(r, more, 3), RILL_OK);
@@ -551,10 +398,10 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         state_free(&want);
         rill_session_destroy(&r);
         rill_session_destroy(&u);
-        clear_dir();
+        test_dir_clear(g_dir);
     }
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -581,11 +428,11 @@ static void make_log(rig_t *g, const char *log, int n_batch, int n_keep, state_t
 START_TEST(torn_last_record_is_dropped) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *log = tmp_path("c.log");
+    const char *log = test_path_in(g_dir, "c.log");
     state_t five, six, got;
     make_log(&g, log, 6, 5, &five);
     size_t len = 0;
-    unsigned char *whole = read_all(log, &len);
+    unsigned char *whole = test_read_file(log, &len);
     const size_t rec = REC_HDR + 32;
     ck_assert_uint_eq(len, LOG_HDR + 6 * rec);
     {
@@ -593,7 +440,8 @@ START_TEST(torn_last_record_is_dropped) {
         capture(&g, r, &six);
         rill_session_destroy(&r);
     }
-    rill_log_set(count_warnings, NULL);
+    test_log_t warns = { .only = NULL };
+    test_log_capture(&warns); /* the torn-tail warning */
     /* The file ends anywhere inside the last record, or the record is whole in length but its
      * bytes never made it (zeros, or one byte off), or zeros follow the log. */
     for (size_t cut = 1; cut <= rec + 3; cut++) {
@@ -618,24 +466,25 @@ START_TEST(torn_last_record_is_dropped) {
             n = len + 64;
             kind = "zero fill after the log";
         }
-        write_all(log, b, n);
+        test_write_file(log, b, n);
         free(b);
-        g_warns = 0;
+        test_log_reset(&warns);
         rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
         capture(&g, r, &got);
         state_equal(&g, cut == rec + 3 ? &six : &five, &got, kind);
         state_free(&got);
-        ck_assert_msg(g_warns == 1 && strstr(g_last_warn, "torn") != NULL,
-                      "%s: %d warnings, last '%s'", kind, g_warns, g_last_warn);
+        ck_assert_msg(warns.n_level[RILL_LOG_WARN] == 1 && strstr(warns.last_warn, "torn") != NULL,
+                      "%s: %d warnings, last '%s'", kind, warns.n_level[RILL_LOG_WARN],
+                      warns.last_warn);
         /* The file was cut after the last whole record, and the log goes on from there. */
-        ck_assert_int_eq(file_size(log), (int64_t)(cut == rec + 3 ? len : len - rec));
+        ck_assert_int_eq(test_file_size(log), (int64_t)(cut == rec + 3 ? len : len - rec));
         int32_t t[8];
         batch_tokens(cut == rec + 3 ? 6 : 5, t, g.V);
         ck_assert_int_eq(rill_session_append(r, t, 8), RILL_OK);
         rill_session_destroy(&r);
-        g_warns = 0;
+        test_log_reset(&warns);
         r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
-        ck_assert_int_eq(g_warns, 0);
+        ck_assert_int_eq(warns.n_level[RILL_LOG_WARN], 0);
         if (cut != rec + 3) {
             capture(&g, r, &got);
             state_equal(&g, &six, &got, "after the torn record was written again");
@@ -643,26 +492,26 @@ START_TEST(torn_last_record_is_dropped) {
         }
         rill_session_destroy(&r);
     }
-    rill_log_set(NULL, NULL);
+    test_log_release();
     free(whole);
     state_free(&five);
     state_free(&six);
-    clear_dir();
+    test_dir_clear(g_dir);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
 START_TEST(corruption_before_the_tail_is_an_error) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *log = tmp_path("d.log");
+    const char *log = test_path_in(g_dir, "d.log");
     make_log(&g, log, 6, 0, NULL);
     size_t len = 0;
-    unsigned char *whole = read_all(log, &len);
+    unsigned char *whole = test_read_file(log, &len);
     const size_t rec = REC_HDR + 32;
-    pool_view_t before;
-    view(&g, &before);
+    test_pool_view_t before;
+    test_pool_view(g.pool, &before);
     int64_t live = rill_mem_stats_total().n_live;
     struct {
         size_t off;
@@ -680,7 +529,7 @@ START_TEST(corruption_before_the_tail_is_an_error) {
         unsigned char *b = malloc(len);
         memcpy(b, whole, len);
         b[cases[c].off] ^= 0x01;
-        write_all(log, b, len);
+        test_write_file(log, b, len);
         rill_session_t *r = NULL;
         char msg[512] = "";
         rill_err_t err =
@@ -689,11 +538,11 @@ START_TEST(corruption_before_the_tail_is_an_error) {
                       "flip at %zu: %s: %s", cases[c].off, rill_err_name(err), msg);
         ck_assert_ptr_null(r);
         size_t len2 = 0;
-        unsigned char *after = read_all(log, &len2);
+        unsigned char *after = test_read_file(log, &len2);
         ck_assert_msg(len2 == len && memcmp(after, b, len) == 0, "the log was changed");
         free(after);
         free(b);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     /* Records with valid checksums that still do not fit: a sequence number out of order, an
@@ -716,7 +565,7 @@ START_TEST(corruption_before_the_tail_is_an_error) {
         rill__put_u32(r2 + 8, forged[c].type);
         rill__put_u64(r2 + 16, forged[c].seq);
         rill__put_u32(r2, rill__crc32c(0, r2 + 4, REC_HDR - 4 + forged[c].len));
-        write_all(log, b, len);
+        test_write_file(log, b, len);
         free(b);
         rill_session_t *r = NULL;
         char msg[512] = "";
@@ -726,12 +575,12 @@ START_TEST(corruption_before_the_tail_is_an_error) {
                           strstr(msg, "offset 240") != NULL,
                       "forged %zu: %s: %s", c, rill_err_name(err), msg);
         ck_assert_ptr_null(r);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     /* A log header shorter than a header, and an empty file. */
     for (size_t n = 0; n < LOG_HDR; n += 9) {
-        write_all(log, whole, n);
+        test_write_file(log, whole, n);
         rill_session_t *r = NULL;
         char msg[512] = "";
         ck_assert_int_eq(
@@ -740,32 +589,32 @@ START_TEST(corruption_before_the_tail_is_an_error) {
         ck_assert_ptr_null(r);
     }
     free(whole);
-    same_pool(&g, &before);
+    test_pool_same(g.pool, &before);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
 START_TEST(damaged_snapshots_are_refused_cleanly) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *snap = tmp_path("e.snap"), *bad = tmp_path("e-bad.snap");
+    const char *snap = test_path_in(g_dir, "e.snap"), *bad = test_path_in(g_dir, "e-bad.snap");
     rill_session_t *s = new_session(&g, 16, 32);
     int32_t t[70];
-    random_tokens(t, 70, g.V);
+    test_rand_tokens(test_rng(), t, 70, g.V);
     ck_assert_int_eq(rill_session_append(s, t, 70), RILL_OK);
     ck_assert_int_eq(rill_session_append_text(s, "some held text", 14), RILL_OK);
     ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
     size_t len = 0;
-    unsigned char *whole = read_all(snap, &len);
-    pool_view_t before;
-    view(&g, &before);
+    unsigned char *whole = test_read_file(snap, &len);
+    test_pool_view_t before;
+    test_pool_view(g.pool, &before);
     int64_t live = rill_mem_stats_total().n_live;
     /* Every cut in the header and the small sections, then every 97th byte, then the tail. */
     int n_cuts = 0;
     for (size_t cut = 0; cut < len; cut += cut < 1024 ? 1 : cut + 16 >= len ? 1 : 97) {
-        write_all(bad, whole, cut);
+        test_write_file(bad, whole, cut);
         rill_session_t *r = NULL;
         char msg[512] = "";
         rill_err_t err =
@@ -773,7 +622,7 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
         ck_assert_msg(err == RILL_EFORMAT, "cut at %zu of %zu: %s: %s", cut, len,
                       rill_err_name(err), msg);
         ck_assert_ptr_null(r);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
         n_cuts++;
     }
@@ -783,7 +632,7 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
         unsigned char *b = malloc(len);
         memcpy(b, whole, len);
         b[off] ^= 0x10;
-        write_all(bad, b, len);
+        test_write_file(bad, b, len);
         free(b);
         rill_session_t *r = NULL;
         char msg[512] = "";
@@ -796,44 +645,45 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
                           "flip at %zu: %s: %s", off, rill_err_name(err), msg);
         }
         ck_assert_ptr_null(r);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     /* Trailing bytes, a missing file, something that is not a snapshot. */
     unsigned char *b = malloc(len + 1);
     memcpy(b, whole, len);
     b[len] = 0;
-    write_all(bad, b, len + 1);
+    test_write_file(bad, b, len + 1);
     free(b);
     rill_session_t *r = NULL;
     char msg[512];
     ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
-    ck_assert_int_eq(rill_session_restore(g.pool, tmp_path("none"), NULL, 0, &r, msg, 512),
-                     RILL_ENOTFOUND);
-    write_all(bad, "GGUF and so on, not a snapshot", 30);
+    ck_assert_int_eq(
+        rill_session_restore(g.pool, test_path_in(g_dir, "none"), NULL, 0, &r, msg, 512),
+        RILL_ENOTFOUND);
+    test_write_file(bad, "GGUF and so on, not a snapshot", 30);
     ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
     ck_assert_ptr_null(r);
-    same_pool(&g, &before);
+    test_pool_same(g.pool, &before);
     free(whole);
     rill_session_destroy(&s);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
 START_TEST(another_model_is_refused) {
-    const char *snap = tmp_path("f.snap"), *log = tmp_path("f.log");
+    const char *snap = test_path_in(g_dir, "f.snap"), *log = test_path_in(g_dir, "f.log");
     {
         rig_t g;
         rig_open(&g, 512);
         rill_session_t *s = new_session(&g, 0, 0);
         ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
         int32_t t[20];
-        random_tokens(t, 20, g.V);
+        test_rand_tokens(test_rng(), t, 20, g.V);
         ck_assert_int_eq(rill_session_append(s, t, 20), RILL_OK);
         ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
         rill_session_destroy(&s);
-        rig_close(&g);
+        test_rig_close(&g);
     }
     struct {
         const char *model;
@@ -862,50 +712,50 @@ START_TEST(another_model_is_refused) {
         }
         ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
-        rig_close(&g);
+        test_rig_close(&g);
     }
-    clear_dir();
+    test_dir_clear(g_dir);
 }
 END_TEST
 
 START_TEST(a_budget_too_small_is_efull_and_changes_nothing) {
     rig_t g;
     rig_open(&g, 10 * 16); /* 10 pages */
-    const char *snap = tmp_path("g.snap"), *log = tmp_path("g.log");
+    const char *snap = test_path_in(g_dir, "g.snap"), *log = test_path_in(g_dir, "g.log");
     rill_session_t *s = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     int32_t t[100];
-    random_tokens(t, 100, g.V);
+    test_rand_tokens(test_rng(), t, 100, g.V);
     ck_assert_int_eq(rill_session_append(s, t, 60), RILL_OK); /* 4 pages */
     ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
     ck_assert_int_eq(rill_session_append(s, t + 60, 40), RILL_OK); /* 7 pages */
     rill_session_destroy(&s);
     size_t len = 0;
-    unsigned char *log_bytes = read_all(log, &len);
+    unsigned char *log_bytes = test_read_file(log, &len);
     /* Another session takes 7 of the 10 pages: the snapshot (4) does not fit. */
     rill_session_t *other = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_append(other, t, 100), RILL_OK);
-    pool_view_t before;
-    view(&g, &before);
+    test_pool_view_t before;
+    test_pool_view(g.pool, &before);
     int64_t live = rill_mem_stats_total().n_live;
     rill_session_t *r = NULL;
     char msg[512] = "";
     ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
     ck_assert_ptr_nonnull(strstr(msg, "pages"));
     ck_assert_ptr_null(r);
-    same_pool(&g, &before);
+    test_pool_same(g.pool, &before);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     /* Now 5 free: the snapshot fits, the replay (7 pages) does not. */
     ck_assert_int_eq(rill_session_rollback(other, 80), RILL_OK);
-    view(&g, &before);
+    test_pool_view(g.pool, &before);
     ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
     ck_assert_ptr_nonnull(strstr(msg, "replaying record"));
     ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_EFULL);
     ck_assert_ptr_null(r);
-    same_pool(&g, &before);
+    test_pool_same(g.pool, &before);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     size_t len2 = 0;
-    unsigned char *after = read_all(log, &len2);
+    unsigned char *after = test_read_file(log, &len2);
     ck_assert(len2 == len && memcmp(after, log_bytes, len) == 0);
     free(after);
     /* With room, both work. */
@@ -916,8 +766,8 @@ START_TEST(a_budget_too_small_is_efull_and_changes_nothing) {
     ck_assert_int_eq(st.n_resident, 100);
     rill_session_destroy(&r);
     free(log_bytes);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -926,11 +776,12 @@ END_TEST
 START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *snap = tmp_path("h.snap"), *log = tmp_path("h.log"), *log2 = tmp_path("h2.log");
+    const char *snap = test_path_in(g_dir, "h.snap"), *log = test_path_in(g_dir, "h.log"),
+               *log2 = test_path_in(g_dir, "h2.log");
     rill_session_t *s = new_session(&g, 16, 32);
     ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     int32_t t[60];
-    random_tokens(t, 60, g.V);
+    test_rand_tokens(test_rng(), t, 60, g.V);
     ck_assert_int_eq(rill_session_append(s, t, 30), RILL_OK);
     ck_assert_int_eq(rill_session_append_text(s, "text to replay and ", 19), RILL_OK);
     ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK); /* the "old" snapshot */
@@ -943,13 +794,13 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
                      RILL_OK);
     ck_assert_int_eq(rill_session_sync_log(s), RILL_OK);
     size_t snap_len = 0, log_len = 0;
-    unsigned char *snap_bytes = read_all(snap, &snap_len);
-    unsigned char *log_bytes = read_all(log, &log_len);
+    unsigned char *snap_bytes = test_read_file(snap, &snap_len);
+    unsigned char *log_bytes = test_read_file(log, &log_len);
     int64_t live = rill_mem_stats_total().n_live;
 
     /* snapshot: every allocation point fails -> RILL_ENOMEM, the old file intact, no temp. */
     int64_t c0 = rill_mem_calls();
-    ck_assert_int_eq(rill_session_snapshot(s, tmp_path("h-count.snap")), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(s, test_path_in(g_dir, "h-count.snap")), RILL_OK);
     int64_t points = rill_mem_calls() - c0;
     ck_assert_int_ge(points, 2);
     for (int64_t k = 1; k <= points; k++) {
@@ -958,7 +809,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         rill_mem_fail_nth(0);
         ck_assert_int_eq(err, RILL_ENOMEM);
         size_t n = 0;
-        unsigned char *now = read_all(snap, &n);
+        unsigned char *now = test_read_file(snap, &n);
         ck_assert(n == snap_len && memcmp(now, snap_bytes, n) == 0);
         free(now);
         ck_assert_int_eq(count_tmp_files(), 0);
@@ -969,8 +820,8 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     rill_session_destroy(&s);
 
     /* restore (snapshot + log with text records): every allocation point -> RILL_ENOMEM. */
-    pool_view_t before;
-    view(&g, &before);
+    test_pool_view_t before;
+    test_pool_view(g.pool, &before);
     live = rill_mem_stats_total().n_live;
     c0 = rill_mem_calls();
     rill_session_t *r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
@@ -982,7 +833,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     ck_assert_int_ge(points, 8);
     printf("allocation walk of restore (snapshot + log): %lld points\n", (long long)points);
     for (int64_t k = 1; k <= points; k++) {
-        write_all(log, log_bytes, log_len);
+        test_write_file(log, log_bytes, log_len);
         char msg[512] = "";
         rill_mem_fail_nth(k);
         rill_err_t err = rill_session_restore(g.pool, snap, log, 0, &r, msg, sizeof msg);
@@ -990,10 +841,10 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
                       rill_err_name(err), msg);
         ck_assert_ptr_null(r);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
         size_t n = 0;
-        unsigned char *now = read_all(log, &n);
+        unsigned char *now = test_read_file(log, &n);
         ck_assert(n == log_len && memcmp(now, log_bytes, n) == 0);
         free(now);
     }
@@ -1012,7 +863,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         rill_mem_fail_nth(0);
         ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
                       rill_err_name(err), msg);
-        same_pool(&g, &before);
+        test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
 
@@ -1029,7 +880,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         rill_err_t err = rill_session_open_log(s, log2, RILL_SESSION_FSYNC_NEVER);
         rill_mem_fail_nth(0);
         ck_assert_int_eq(err, RILL_ENOMEM);
-        ck_assert(!exists(log2));
+        ck_assert(!test_file_exists(log2));
         ck_assert(!rill_session_has_log(s));
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
@@ -1037,15 +888,15 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     state_free(&want);
     free(snap_bytes);
     free(log_bytes);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
 START_TEST(io_failures_lose_nothing_acknowledged) {
     rig_t g;
     rig_open(&g, 1024);
-    const char *snap = tmp_path("i.snap"), *log = tmp_path("i.log");
+    const char *snap = test_path_in(g_dir, "i.snap"), *log = test_path_in(g_dir, "i.log");
     rill_session_t *s = new_session(&g, 0, 0);
 
     /* open_log: each file call failing -> an error and no file. */
@@ -1060,7 +911,7 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
         rill_err_t err = rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS);
         rill__session_io_fail_nth(0);
         ck_assert_int_eq(err, RILL_EIO);
-        ck_assert(!exists(log));
+        ck_assert(!test_file_exists(log));
         ck_assert(!rill_session_has_log(s));
     }
     ck_assert_int_eq(rill_session_open_log(s, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
@@ -1069,28 +920,28 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
      * fsync that fails makes the log unusable (never retried), still without losing anything
      * that was acknowledged. */
     int32_t t[16];
-    random_tokens(t, 16, g.V);
+    test_rand_tokens(test_rng(), t, 16, g.V);
     ck_assert_int_eq(rill_session_append(s, t, 8), RILL_OK);
     state_t before, after;
     capture(&g, s, &before);
-    int64_t size = file_size(log);
+    int64_t size = test_file_size(log);
     rill__session_io_fail_nth(1); /* the writev */
     ck_assert_int_eq(rill_session_append(s, t + 8, 8), RILL_EIO);
     capture(&g, s, &after);
     state_equal(&g, &before, &after, "failed record write");
     state_free(&after);
-    ck_assert_int_eq(file_size(log), size);
+    ck_assert_int_eq(test_file_size(log), size);
     ck_assert_int_eq(rill_session_append_text(s, "ok now ", 7), RILL_OK);
     state_free(&before);
     capture(&g, s, &before);
-    size = file_size(log);
+    size = test_file_size(log);
     rill__session_io_fail_nth(2); /* the fsync of FSYNC_ALWAYS */
     ck_assert_int_eq(rill_session_rollback(s, 3), RILL_EIO);
     rill__session_io_fail_nth(0);
     capture(&g, s, &after);
     state_equal(&g, &before, &after, "failed fsync");
     state_free(&after);
-    ck_assert_int_eq(file_size(log), size);
+    ck_assert_int_eq(test_file_size(log), size);
     ck_assert_int_eq(rill_session_append(s, t, 2), RILL_EIO); /* unusable now */
     ck_assert_int_eq(rill_session_sync_log(s), RILL_EIO);
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
@@ -1105,22 +956,22 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
     ck_assert_int_eq(rill_session_close_log(r), RILL_OK);
     ck_assert_int_eq(rill_session_snapshot(r, snap), RILL_OK);
     size_t old_len = 0;
-    unsigned char *old = read_all(snap, &old_len);
+    unsigned char *old = test_read_file(snap, &old_len);
     ck_assert_int_eq(rill_session_append(r, t, 16), RILL_OK);
     c0 = rill__session_io_calls();
-    ck_assert_int_eq(rill_session_snapshot(r, tmp_path("i-count.snap")), RILL_OK);
+    ck_assert_int_eq(rill_session_snapshot(r, test_path_in(g_dir, "i-count.snap")), RILL_OK);
     points = rill__session_io_calls() - c0;
     ck_assert_int_ge(points, 8);
     printf("I/O failure walk of snapshot: %lld points\n", (long long)points);
     for (int64_t k = 1; k <= points; k++) {
-        write_all(snap, old, old_len);
+        test_write_file(snap, old, old_len);
         rill__session_io_fail_nth(k);
         rill_err_t err = rill_session_snapshot(r, snap);
         rill__session_io_fail_nth(0);
         ck_assert_int_eq(err, RILL_EIO);
         ck_assert_int_eq(count_tmp_files(), 0);
         size_t n = 0;
-        unsigned char *now = read_all(snap, &n);
+        unsigned char *now = test_read_file(snap, &n);
         if (k < points) {
             ck_assert(n == old_len && memcmp(now, old, n) == 0);
         } else {
@@ -1138,7 +989,7 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
     /* The fsync policies, counted in file calls: ALWAYS = write + fsync per call; EVERYSEC =
      * write, plus an fsync once a second has passed, plus one at close; NEVER = write only. */
     s = new_session(&g, 0, 0);
-    const char *pl = tmp_path("i-policy.log");
+    const char *pl = test_path_in(g_dir, "i-policy.log");
     rill_session_fsync_t pols[3] = { RILL_SESSION_FSYNC_ALWAYS, RILL_SESSION_FSYNC_EVERYSEC,
                                      RILL_SESSION_FSYNC_NEVER };
     for (int k = 0; k < 3; k++) {
@@ -1162,48 +1013,51 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
     rill_session_destroy(&s);
 
     /* restore: cutting a torn tail can fail (the file calls after the reads). */
-    make_log(&g, log = tmp_path("i2.log"), 3, 0, NULL);
+    make_log(&g, log = test_path_in(g_dir, "i2.log"), 3, 0, NULL);
     size_t len = 0;
-    unsigned char *whole = read_all(log, &len);
-    write_all(log, whole, len - 5);
+    unsigned char *whole = test_read_file(log, &len);
+    test_write_file(log, whole, len - 5);
     c0 = rill__session_io_calls();
     r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_ALWAYS);
     points = rill__session_io_calls() - c0;
     rill_session_destroy(&r);
     ck_assert_int_eq(points, 3); /* open, ftruncate, fsync */
-    pool_view_t pv;
-    view(&g, &pv);
-    rill_log_set(count_warnings, NULL);
+    test_pool_view_t pv;
+    test_pool_view(g.pool, &pv);
+    test_log_quiet(); /* the torn tail is reported on every try */
     for (int64_t k = 1; k <= points; k++) {
-        write_all(log, whole, len - 5);
+        test_write_file(log, whole, len - 5);
         rill__session_io_fail_nth(k);
         char msg[512];
         rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r, msg, sizeof msg);
         rill__session_io_fail_nth(0);
         ck_assert_msg(err == RILL_EIO, "%s: %s", rill_err_name(err), msg);
         ck_assert_ptr_null(r);
-        same_pool(&g, &pv);
+        test_pool_same(g.pool, &pv);
     }
-    rill_log_set(NULL, NULL);
+    test_log_release();
     free(whole);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
 START_TEST(arguments_and_pairing_are_checked) {
     rig_t g;
     rig_open(&g, 512);
-    const char *snap = tmp_path("j.snap"), *log = tmp_path("j.log"), *log2 = tmp_path("j2.log");
+    const char *snap = test_path_in(g_dir, "j.snap"), *log = test_path_in(g_dir, "j.log"),
+               *log2 = test_path_in(g_dir, "j2.log");
     rill_session_t *s = new_session(&g, 0, 0), *r = NULL;
     char msg[512];
     ck_assert_int_eq(rill_session_open_log(NULL, log, 0), RILL_EINVAL);
     ck_assert_int_eq(rill_session_open_log(s, NULL, 0), RILL_EINVAL);
     ck_assert_int_eq(rill_session_open_log(s, log, (rill_session_fsync_t)7), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_open_log(s, tmp_path("no/such/dir.log"), 0), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_open_log(s, test_path_in(g_dir, "no/such/dir.log"), 0),
+                     RILL_ENOTFOUND);
     ck_assert_int_eq(rill_session_snapshot(NULL, snap), RILL_EINVAL);
     ck_assert_int_eq(rill_session_snapshot(s, NULL), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_snapshot(s, tmp_path("no/such/dir.snap")), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_snapshot(s, test_path_in(g_dir, "no/such/dir.snap")),
+                     RILL_ENOTFOUND);
     ck_assert_int_eq(rill_session_sync_log(s), RILL_OK);
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
     ck_assert_int_eq(rill_session_restore(NULL, snap, NULL, 0, &r, msg, 512), RILL_EINVAL);
@@ -1251,8 +1105,8 @@ START_TEST(arguments_and_pairing_are_checked) {
     ck_assert_ptr_null(r);
     rill_session_destroy(&f);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1262,8 +1116,9 @@ END_TEST
  * acknowledged batch's number to fd; a snapshot after batch 4. Never returns. */
 static _Noreturn void ingest_until_killed(const char *snap, const char *log, int fd) {
     rig_t g;
-    rig_opts_t o = { MODEL, 1024, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE };
-    if (rig_try(&g, o) != 0) {
+    test_rig_params_t p = rig_params(MODEL, 1024, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE);
+    char msg[512];
+    if (test_rig_try(&g, &p, msg, sizeof msg) != 0) { /* no ck_assert in the child */
         _exit(10);
     }
     rill_session_params_t sp = rill_session_default_params();
@@ -1290,10 +1145,10 @@ static _Noreturn void ingest_until_killed(const char *snap, const char *log, int
 }
 
 START_TEST(sigkill_mid_ingest_loses_no_acknowledged_batch) {
-    const char *snap = tmp_path("k.snap"), *log = tmp_path("k.log");
+    const char *snap = test_path_in(g_dir, "k.snap"), *log = test_path_in(g_dir, "k.log");
     const int kill_after[] = { 7, 23, 61 };
     for (int round = 0; round < 3; round++) {
-        clear_dir();
+        test_dir_clear(g_dir);
         int fds[2];
         ck_assert_int_eq(pipe(fds), 0);
         fflush(NULL);
@@ -1354,31 +1209,17 @@ START_TEST(sigkill_mid_ingest_loses_no_acknowledged_batch) {
         }
         state_free(&want);
         rill_session_destroy(&ref);
-        rig_close(&g);
+        test_rig_close(&g);
     }
-    clear_dir();
+    test_dir_clear(g_dir);
 }
 END_TEST
 
-static bool have_model(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, MODEL);
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_model()) {
-        printf("SKIP: tests/data/models/%s is missing: run tools/make_test_models.py\n", MODEL);
-        return 77;
+    if (!test_have_models(MODEL, MODEL_F32, LLAMA, NULL)) {
+        return TEST_SKIP;
     }
-    snprintf(g_dir, sizeof g_dir, "/tmp/rill-durability-XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        perror("mkdtemp");
+    if (!test_tmpdir_make(g_dir, sizeof g_dir, "durability")) {
         return EXIT_FAILURE;
     }
     Suite *su = suite_create("sessions_durability");
@@ -1400,7 +1241,6 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    clear_dir();
-    rmdir(g_dir);
+    test_dir_remove(g_dir);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

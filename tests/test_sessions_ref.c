@@ -39,6 +39,7 @@
 #include "rill_forward.h"
 #include "rill_model.h"
 #include "rill_session.h"
+#include "test_util.h"
 
 #define MAX_CASES  16
 #define MAX_TOK    4096
@@ -57,7 +58,6 @@ typedef struct wcase {
     int32_t resident[MAX_POINTS], evicted[MAX_POINTS];
 } wcase_t;
 
-static char g_src[1024];
 static wcase_t g_cases[MAX_CASES];
 static int g_n_cases;
 
@@ -78,9 +78,8 @@ static bool copy_field(char *dst, size_t cap, const char *src) {
 
 /* Reads tests/data/ref/window/index.tsv into g_cases; false when it cannot be read. */
 static bool load_cases(void) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/ref/window/index.tsv", g_src);
-    FILE *f = fopen(path, "r");
+    char path[TEST_PATH_MAX];
+    FILE *f = fopen(test_src_path(path, sizeof path, "tests/data/ref/window/index.tsv"), "r");
     if (f == NULL) {
         return false;
     }
@@ -136,26 +135,9 @@ static bool load_cases(void) {
     return g_n_cases > 0;
 }
 
-static void model_path(char *out, size_t cap, const char *model) {
-    if (strncmp(model, "rill-tiny", 9) == 0) {
-        snprintf(out, cap, "%s/tests/data/models/%s", g_src, model);
-    } else {
-        snprintf(out, cap, "%s/models/%s", g_src, model);
-    }
-}
-
-static bool have_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
-
 static float *load_rows(const char *file, int rows, int V) {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/ref/window/%s", g_src, file);
-    FILE *f = fopen(path, "rb");
+    char path[TEST_PATH_MAX];
+    FILE *f = fopen(test_src_path(path, sizeof path, "tests/data/ref/window/%s", file), "rb");
     ck_assert_msg(f != NULL, "cannot open %s", path);
     size_t n = (size_t)rows * (size_t)V;
     float *x = malloc(n * sizeof *x);
@@ -164,76 +146,30 @@ static float *load_rows(const char *file, int rows, int V) {
     return x;
 }
 
-static double max_abs(const float *x, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) {
-        m = fmax(m, fabs(x[i]));
-    }
-    return m;
-}
-
-static double max_diff(const float *a, const float *b, int n) {
-    double m = 0;
-    for (int i = 0; i < n; i++) {
-        m = fmax(m, fabs((double)a[i] - b[i]));
-    }
-    return m;
-}
-
-static int argmax(const float *x, int n) {
-    int a = 0;
-    for (int i = 1; i < n; i++) {
-        a = x[i] > x[a] ? i : a;
-    }
-    return a;
-}
-
-/* Top-1 minus top-2. */
-static double margin(const float *x, int n) {
-    int a = argmax(x, n);
-    double second = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        if (i != a) {
-            second = fmax(second, x[i]);
-        }
-    }
-    return x[a] - second;
-}
-
 /* Runs case c on rill and compares; returns false when its model is missing (skipped). */
 static bool run_case(const wcase_t *c) {
-    char path[1200], msg[256] = "";
-    model_path(path, sizeof path, c->model);
-    if (!have_file(path)) {
+    char path[TEST_PATH_MAX];
+    if (!test_file_exists(test_model_path(path, sizeof path, c->model))) {
         printf("%s: SKIP (%s missing)\n", c->name, path);
         return false;
     }
     bool f32 = strstr(c->model, "-F32.gguf") != NULL;
-    rill_model_t *model = NULL;
-    rill_err_t err = rill_model_load(path, rill_model_default_params(), &model, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "%s: %s", path, msg);
-    ck_assert_int_eq(rill_model_hparams(model)->n_vocab, c->n_vocab);
-    ck_assert_int_ge(rill_model_hparams(model)->n_layer, 2);
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 2;
-    bp.max_batch = c->max_batch;
-    rill_backend_t *be = NULL;
-    ck_assert_int_eq(rill_backend_new(&bp, &be), RILL_OK);
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = c->max_batch;
-    rill_forward_t *fw = NULL;
-    ck_assert_int_eq(rill_forward_new(model, be, &fp, &fw), RILL_OK);
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = 1024;
-    pp.kv_type = RILL_DTYPE_F32;
-    rill_session_pool_t *pool = NULL;
-    ck_assert_int_eq(rill_session_pool_new(fw, &pp, &pool), RILL_OK);
+    test_rig_params_t p = test_rig_default_params(c->model);
+    p.tokenizer = false;
+    p.backend.max_batch = c->max_batch;
+    p.forward.max_batch = c->max_batch;
+    p.pool.n_cells = 1024;
+    p.pool.kv_type = RILL_DTYPE_F32;
+    test_rig_t g;
+    test_rig_open(&g, &p);
+    ck_assert_int_eq(g.V, c->n_vocab);
+    ck_assert_int_ge(g.L, 2);
     rill_session_params_t sp = rill_session_default_params();
     sp.n_sink = c->n_sink;
     sp.window = c->window;
     sp.evict_pages = c->evict_pages;
     rill_session_t *s = NULL;
-    ck_assert_int_eq(rill_session_new(pool, &sp, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
 
     int V = c->n_vocab;
     float *want = load_rows(c->file, c->n_points, V);
@@ -242,7 +178,7 @@ static bool run_case(const wcase_t *c) {
     int top1_checked = 0, top1_equal = 0, at = 0, pt = 0;
     for (int a = 0; a < c->n_appends && pt < c->n_points; a++) {
         ck_assert_int_le(at + c->appends[a], c->n_tokens);
-        err = rill_session_append(s, c->tokens + at, c->appends[a]);
+        rill_err_t err = rill_session_append(s, c->tokens + at, c->appends[a]);
         ck_assert_msg(err == RILL_OK, "%s: append %d: %s", c->name, a, rill_session_last_error(s));
         at += c->appends[a];
         if (a != c->points[pt]) {
@@ -258,12 +194,12 @@ static bool run_case(const wcase_t *c) {
         const float *got = NULL;
         ck_assert_int_eq(rill_session_logits(s, &got), RILL_OK);
         const float *w = want + (size_t)pt * V;
-        double scale = max_abs(w, V), d = max_diff(got, w, V) / scale;
-        bool top1_ok = argmax(got, V) == argmax(w, V);
+        double scale = test_max_abs(w, V), d = test_max_diff(got, w, V) / scale;
+        bool top1_ok = test_argmax(got, V) == test_argmax(w, V);
         printf("%s: point %d (seen %d, resident %d, evicted %d): max|d|/scale %.3g, top-1 %s",
                c->name, pt, at, st.n_resident, (int)st.n_evicted, d, top1_ok ? "same" : "differs");
         if (plain != NULL && st.n_evicted > 0) {
-            double dp = max_diff(got, plain + (size_t)pt * V, V) / scale;
+            double dp = test_max_diff(got, plain + (size_t)pt * V, V) / scale;
             nearest_plain = fmin(nearest_plain, dp);
             printf(", vs no-shift run %.3g", dp);
         }
@@ -273,7 +209,7 @@ static bool run_case(const wcase_t *c) {
         } else {
             worst_base = fmax(worst_base, d);
         }
-        if (margin(w, V) > 1e-3 * scale) {
+        if (test_margin(w, V) > 1e-3 * scale) {
             top1_checked++;
             top1_equal += top1_ok;
         }
@@ -305,10 +241,7 @@ static bool run_case(const wcase_t *c) {
     free(want);
     free(plain);
     rill_session_destroy(&s);
-    rill_session_pool_destroy(&pool);
-    rill_forward_destroy(&fw);
-    rill_backend_destroy(&be);
-    rill_model_destroy(&model);
+    test_rig_close(&g);
     return true;
 }
 
@@ -318,21 +251,19 @@ START_TEST(window_eviction_matches_llama_cpp) {
 END_TEST
 
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
     if (!load_cases()) {
         printf("FAIL: cannot read tests/data/ref/window/index.tsv (tools/ref_window.py)\n");
         return EXIT_FAILURE;
     }
     bool any = false;
     for (int i = 0; i < g_n_cases; i++) {
-        char path[1200];
-        model_path(path, sizeof path, g_cases[i].model);
-        any |= have_file(path);
+        char path[TEST_PATH_MAX];
+        any |= test_file_exists(test_model_path(path, sizeof path, g_cases[i].model));
     }
     if (!any) {
         printf("SKIP: no model of tests/data/ref/window/index.tsv is present: run "
                "tools/make_test_models.py (scripts/test.sh does)\n");
-        return 77;
+        return TEST_SKIP;
     }
     Suite *su = suite_create("sessions_ref");
     TCase *tc = tcase_create("window");

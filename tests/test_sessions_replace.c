@@ -26,11 +26,9 @@
  * directory under /tmp, removed at the end.
  */
 #include <check.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "rill_core.h"
@@ -39,64 +37,34 @@
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 #include "session_internal.h" /* held-back text, the I/O failure hook, the log codec */
+#include "test_util.h"
 
 #define QWEN    "rill-tiny-qwen2-Q8_0.gguf"
 #define LLAMA   "rill-tiny-llama-Q8_0.gguf"
 #define LOG_HDR 128
 #define REC_HDR 24
 
-static char g_src[1024];
 static char g_dir[64];
 static bool g_kv_f32; /* the batched run's KV cache (see the top) */
 
 /* ---- the rig -------------------------------------------------------------------------------- */
 
-typedef struct rig {
-    rill_model_t *model;
-    rill_tokenizer_t *tok;
-    rill_backend_t *be;
-    rill_forward_t *fw;
-    rill_session_pool_t *pool;
-    int32_t V, L;
-} rig_t;
+typedef test_rig_t rig_t;
 
 static void rig_open_ex(rig_t *g, const char *model, int64_t cells, int32_t n_ctx, bool tok,
                         int32_t max_batch) {
-    memset(g, 0, sizeof *g);
-    char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, model);
-    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
-                     RILL_OK);
-    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
-                     RILL_OK);
-    rill_backend_params_t bp = rill_backend_default_params();
-    bp.cpu.n_threads = 2;
-    bp.max_batch = 64;
-    ck_assert_int_eq(rill_backend_new(&bp, &g->be), RILL_OK);
-    rill_forward_params_t fp = rill_forward_default_params();
-    fp.max_batch = max_batch;
-    ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
-    rill_session_pool_params_t pp = rill_session_pool_default_params();
-    pp.n_cells = cells;
-    pp.n_ctx = n_ctx;
-    pp.kv_type = g_kv_f32 ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
-    pp.tokenizer = tok ? g->tok : NULL;
-    ck_assert_int_eq(rill_session_pool_new(g->fw, &pp, &g->pool), RILL_OK);
-    g->V = rill_model_hparams(g->model)->n_vocab;
-    g->L = rill_model_hparams(g->model)->n_layer;
+    test_rig_params_t p = test_rig_default_params(model);
+    p.forward.max_batch = max_batch;
+    p.pool.n_cells = cells;
+    p.pool.n_ctx = n_ctx;
+    p.pool.kv_type = g_kv_f32 ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
+    p.pool_tokenizer = tok;
+    test_rig_open(g, &p);
 }
 
 /* One token per forward pass: see the top. */
 static void rig_open(rig_t *g, const char *model) {
     rig_open_ex(g, model, 2048, 0, true, 1);
-}
-
-static void rig_close(rig_t *g) {
-    rill_session_pool_destroy(&g->pool);
-    rill_forward_destroy(&g->fw);
-    rill_backend_destroy(&g->be);
-    rill_tokenizer_destroy(&g->tok);
-    rill_model_destroy(&g->model);
 }
 
 static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
@@ -110,55 +78,6 @@ static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
 }
 
 /* ---- files ---------------------------------------------------------------------------------- */
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    k = (k + 1) % 8;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", g_dir, name);
-    return buf[k];
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    ck_assert_msg(f != NULL, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n + 1);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static void write_all(const char *path, const void *buf, size_t len) {
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
-    fclose(f);
-}
-
-static int64_t file_size(const char *path) {
-    struct stat st;
-    ck_assert_int_eq(stat(path, &st), 0);
-    return (int64_t)st.st_size;
-}
-
-static void clear_dir(void) {
-    DIR *d = opendir(g_dir);
-    if (d == NULL) {
-        return;
-    }
-    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
-            char p[512];
-            snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-            unlink(p);
-        }
-    }
-    closedir(d);
-}
 
 /* ---- state of a session --------------------------------------------------------------------- */
 
@@ -298,49 +217,6 @@ static void sessions_equal(rig_t *g, rill_session_t *a, rill_session_t *b, int h
     state_equal(g, &x, &y, how, what);
     state_free(&x);
     state_free(&y);
-}
-
-/* Page references of the whole pool, to check "the pool is as before". */
-typedef struct pool_view {
-    int32_t n_free;
-    int32_t refs[512];
-} pool_view_t;
-
-static void view(rig_t *g, pool_view_t *v) {
-    int32_t n = rill_session_pool_n_pages(g->pool);
-    ck_assert_int_le(n, 512);
-    v->n_free = rill_session_pool_n_free(g->pool);
-    for (int32_t i = 0; i < n; i++) {
-        v->refs[i] = rill_session_pool_page_refs(g->pool, i);
-    }
-}
-
-static void same_pool(rig_t *g, const pool_view_t *before) {
-    pool_view_t now;
-    view(g, &now);
-    ck_assert_int_eq(now.n_free, before->n_free);
-    ck_assert(memcmp(now.refs, before->refs,
-                     (size_t)rill_session_pool_n_pages(g->pool) * sizeof(int32_t)) == 0);
-}
-
-/* Every page of the pool: refs equal the number of table entries naming it. */
-static void check_pool(rig_t *g, rill_session_t **ss, int n_ss) {
-    int32_t n_pages = rill_session_pool_n_pages(g->pool);
-    int32_t *count = calloc((size_t)n_pages, sizeof *count);
-    for (int i = 0; i < n_ss; i++) {
-        int32_t n = 0;
-        const int32_t *pg = rill_session_pages(ss[i], &n);
-        for (int32_t j = 0; j < n; j++) {
-            count[pg[j]]++;
-        }
-    }
-    int32_t n_free = 0;
-    for (int32_t p = 0; p < n_pages; p++) {
-        ck_assert_int_eq(rill_session_pool_page_refs(g->pool, p), count[p]);
-        n_free += count[p] == 0;
-    }
-    ck_assert_int_eq(n_free, rill_session_pool_n_free(g->pool));
-    free(count);
 }
 
 /* ---- the effective inputs and the oracle ---------------------------------------------------- */
@@ -512,7 +388,7 @@ START_TEST(chunking_does_not_change_the_bits) {
             rill_session_destroy(&s);
         }
         rill_session_destroy(&one);
-        rig_close(&g);
+        test_rig_close(&g);
     }
 }
 END_TEST
@@ -593,7 +469,7 @@ static void replace_script(const char *model, int32_t max_batch) {
     rill_session_destroy(&a);
     script_free(&sc);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 
 START_TEST(replace_equals_fresh_prefill_bpe) {
@@ -663,7 +539,7 @@ START_TEST(replace_evaluates_only_what_changed) {
     check_fresh(&g, a, &sc, "deferred replace, drained");
     script_free(&sc);
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -698,7 +574,7 @@ START_TEST(fed_replace_equals_fresh_prefill) {
     check_fresh(&g, a, &sc, "replace cutting into the queue");
     script_free(&sc);
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -725,7 +601,7 @@ START_TEST(replace_with_forks_sharing_pages) {
     s_replace_str(a, &sc, 2, "a different second input");
     check_fresh(&g, a, &sc, "replace with forks alive");
     rill_session_t *all[3] = { a, f, u };
-    check_pool(&g, all, 3);
+    test_pool_check(g.pool, all, 3);
     state_t fa, ua;
     capture(&g, f, &fa);
     capture(&g, u, &ua);
@@ -733,7 +609,7 @@ START_TEST(replace_with_forks_sharing_pages) {
     state_equal(&g, &ub, &ua, SAME_SEQ, "the unwindowed fork after the session's replace");
     s_replace_str(f, &fsc, 3, "and the third one, replaced on the fork ");
     check_fresh(&g, f, &fsc, "replace on a fork");
-    check_pool(&g, all, 3);
+    test_pool_check(g.pool, all, 3);
     state_free(&fb);
     state_free(&ub);
     state_free(&fa);
@@ -744,7 +620,7 @@ START_TEST(replace_with_forks_sharing_pages) {
     script_free(&sc);
     script_free(&fsc);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -817,7 +693,7 @@ START_TEST(replace_in_a_window_that_has_evicted) {
     rill_session_destroy(&b);
     rill_session_destroy(&a);
     script_free(&sc);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -859,7 +735,7 @@ START_TEST(reach_does_not_depend_on_when_input_is_evaluated) {
     sessions_equal(&g, a, b, SAME_SEQ, "deferred and synchronous");
     rill_session_destroy(&a);
     rill_session_destroy(&b);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -872,9 +748,9 @@ static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, si
                     rill_err_t want, const char *needle, const char *log) {
     state_t before, after;
     capture(g, s, &before);
-    pool_view_t pv;
-    view(g, &pv);
-    int64_t size = log != NULL ? file_size(log) : 0;
+    test_pool_view_t pv;
+    test_pool_view(g->pool, &pv);
+    int64_t size = log != NULL ? test_file_size(log) : 0;
     for (int fed = 0; fed < 2; fed++) {
         rill_err_t err = fed ? rill_session_feed_replace_text(s, from, t, len)
                              : rill_session_replace_text(s, from, t, len);
@@ -892,9 +768,9 @@ static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, si
         capture(g, s, &after);
         state_equal(g, &before, &after, SAME_SEQ | SAME_SHARING, "a refused replace");
         state_free(&after);
-        same_pool(g, &pv);
+        test_pool_same(g->pool, &pv);
         if (log != NULL) {
-            ck_assert_int_eq(file_size(log), size);
+            ck_assert_int_eq(test_file_size(log), size);
         }
     }
     state_free(&before);
@@ -903,7 +779,7 @@ static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, si
 START_TEST(refused_replaces_change_nothing) {
     rig_t g;
     rig_open(&g, QWEN);
-    const char *log = tmp_path("refused.log");
+    const char *log = test_path_in(g_dir, "refused.log");
     rill_session_t *a = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     ck_assert_int_eq(rill_session_replace_text(NULL, 1, "x", 1), RILL_EINVAL);
@@ -957,7 +833,7 @@ START_TEST(refused_replaces_change_nothing) {
     }
     /* The context, without a window. */
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
     rig_open_ex(&g, QWEN, 2048, 64, true, 1);
     a = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_append_text(a, "a short text ", 13), RILL_OK);
@@ -965,7 +841,7 @@ START_TEST(refused_replaces_change_nothing) {
     refused(&g, a, 1, w, strlen(w), RILL_ERANGE, "context", NULL);
     free(w);
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
     /* The budget: a fork holds the pages a replace cannot free. */
     rig_open_ex(&g, QWEN, 96, 0, true, 1);
     a = new_session(&g, 0, 0);
@@ -979,7 +855,7 @@ START_TEST(refused_replaces_change_nothing) {
     free(w);
     rill_session_destroy(&f);
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
     /* No tokenizer. */
     rig_open_ex(&g, QWEN, 256, 0, false, 1);
     a = new_session(&g, 0, 0);
@@ -987,8 +863,8 @@ START_TEST(refused_replaces_change_nothing) {
     ck_assert_int_eq(rill_session_append(a, &tok, 1), RILL_OK);
     refused(&g, a, 1, "x", 1, RILL_EUNSUPPORTED, "tokenizer", NULL);
     rill_session_destroy(&a);
-    rig_close(&g);
-    clear_dir();
+    test_rig_close(&g);
+    test_dir_clear(g_dir);
 }
 END_TEST
 
@@ -1030,8 +906,8 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
     for (int64_t k = 1; k <= points; k++) {
         rill_session_t *f = NULL;
         ck_assert_int_eq(rill_session_fork(a, &f), RILL_OK);
-        pool_view_t pv;
-        view(&g, &pv);
+        test_pool_view_t pv;
+        test_pool_view(g.pool, &pv);
         rill_mem_fail_nth(k);
         rill_err_t err = rill_session_replace_text(f, 2, w, strlen(w));
         rill_mem_fail_nth(0);
@@ -1041,7 +917,7 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
             capture(&g, f, &got);
             state_equal(&g, &want, &got, SAME_SEQ, "after a failed allocation");
             state_free(&got);
-            same_pool(&g, &pv);
+            test_pool_same(g.pool, &pv);
             failed++;
         }
         rill_session_destroy(&f);
@@ -1051,7 +927,7 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
     state_free(&want);
     free(w);
     rill_session_destroy(&a);
-    rig_close(&g);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1111,7 +987,7 @@ static int count_records(const unsigned char *b, size_t len, uint32_t type, size
 START_TEST(replace_is_logged_and_replays_bit_for_bit) {
     rig_t g;
     rig_open(&g, QWEN);
-    const char *log = tmp_path("r.log");
+    const char *log = test_path_in(g_dir, "r.log");
     rill_session_t *a = new_session(&g, 0, 0), *twin = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     replace_mix(a, NULL);
@@ -1120,7 +996,7 @@ START_TEST(replace_is_logged_and_replays_bit_for_bit) {
     rill_session_destroy(&a);
     /* The records: type 5 with the version and the text, as docs/architecture.md says. */
     size_t len = 0, last = 0;
-    unsigned char *b = read_all(log, &len);
+    unsigned char *b = test_read_file(log, &len);
     ck_assert_int_eq(count_records(b, len, RILL__REC_REPLACE, &last), 6);
     ck_assert_uint_eq(rill__get_u32(b + last + 8), RILL__REC_REPLACE);
     ck_assert_uint_eq(rill__get_u32(b + last + 4), 8 + 13);
@@ -1142,8 +1018,8 @@ START_TEST(replace_is_logged_and_replays_bit_for_bit) {
     sessions_equal(&g, r, twin, SAME_SEQ, "restored twice");
     rill_session_destroy(&r);
     rill_session_destroy(&twin);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1152,7 +1028,8 @@ END_TEST
 START_TEST(replace_survives_snapshot_and_replay) {
     rig_t g;
     rig_open(&g, LLAMA);
-    const char *log = tmp_path("s.log"), *snap = tmp_path("s.snap"), *snap_t = tmp_path("t.snap");
+    const char *log = test_path_in(g_dir, "s.log"), *snap = test_path_in(g_dir, "s.snap"),
+               *snap_t = test_path_in(g_dir, "t.snap");
     rill_session_t *a = new_session(&g, 16, 96), *twin = new_session(&g, 16, 96);
     ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     replace_mix(a, snap);
@@ -1173,8 +1050,8 @@ START_TEST(replace_survives_snapshot_and_replay) {
     rill_session_destroy(&r);
     rill_session_destroy(&t2);
     rill_session_destroy(&twin);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1182,7 +1059,7 @@ END_TEST
 START_TEST(torn_and_damaged_replace_records) {
     rig_t g;
     rig_open(&g, QWEN);
-    const char *log = tmp_path("t.log");
+    const char *log = test_path_in(g_dir, "t.log");
     rill_session_t *a = new_session(&g, 0, 0), *twin = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     for (int i = 0; i < 2; i++) {
@@ -1193,16 +1070,16 @@ START_TEST(torn_and_damaged_replace_records) {
     ck_assert_int_eq(rill_session_replace_text(a, 2, "the other input", 15), RILL_OK);
     rill_session_destroy(&a);
     size_t len = 0, last = 0;
-    unsigned char *whole = read_all(log, &len);
+    unsigned char *whole = test_read_file(log, &len);
     ck_assert_int_eq(count_records(whole, len, RILL__REC_REPLACE, &last), 1);
     ck_assert_uint_eq(last, len - (REC_HDR + 8 + 15));
-    pool_view_t pv;
-    view(&g, &pv);
+    test_pool_view_t pv;
+    test_pool_view(g.pool, &pv);
     for (size_t cut = 1; cut < REC_HDR + 8 + 15; cut += 5) {
-        write_all(log, whole, len - cut);
+        test_write_file(log, whole, len - cut);
         rill_session_t *r = restore_ok(&g, NULL, log);
         sessions_equal(&g, r, twin, SAME_SEQ, "the torn replace dropped");
-        ck_assert_int_eq(file_size(log), (int64_t)last);
+        ck_assert_int_eq(test_file_size(log), (int64_t)last);
         rill_session_destroy(&r);
     }
     /* A replace record too short for its version, and one whose version does not exist. */
@@ -1223,7 +1100,7 @@ START_TEST(torn_and_damaged_replace_records) {
         rill__put_u32(r3 + 4, bad[c].len);
         rill__put_u64(r3 + REC_HDR, bad[c].from);
         rill__put_u32(r3, rill__crc32c(0, r3 + 4, REC_HDR - 4 + bad[c].len));
-        write_all(log, b, last + REC_HDR + bad[c].len);
+        test_write_file(log, b, last + REC_HDR + bad[c].len);
         free(b);
         rill_session_t *r = NULL;
         char msg[512] = "";
@@ -1232,12 +1109,12 @@ START_TEST(torn_and_damaged_replace_records) {
         ck_assert_msg(err == bad[c].want && strstr(msg, bad[c].needle) != NULL, "case %zu: %s: %s",
                       c, rill_err_name(err), msg);
         ck_assert_ptr_null(r);
-        same_pool(&g, &pv);
+        test_pool_same(g.pool, &pv);
     }
     free(whole);
     rill_session_destroy(&twin);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1247,7 +1124,7 @@ END_TEST
 START_TEST(failures_while_replaying_and_logging_replace) {
     rig_t g;
     rig_open(&g, QWEN);
-    const char *log = tmp_path("f.log");
+    const char *log = test_path_in(g_dir, "f.log");
     rill_session_t *a = new_session(&g, 0, 0);
     ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_ALWAYS), RILL_OK);
     replace_mix(a, NULL);
@@ -1255,14 +1132,14 @@ START_TEST(failures_while_replaying_and_logging_replace) {
     for (int64_t nth = 1; nth <= 2; nth++) {
         state_t before, after;
         capture(&g, a, &before);
-        int64_t size = file_size(log);
+        int64_t size = test_file_size(log);
         rill__session_io_fail_nth(nth);
         rill_err_t err = rill_session_replace_text(a, rill_session_seq(a), "io", 2);
         rill__session_io_fail_nth(0);
         ck_assert_int_eq(err, RILL_EIO);
         capture(&g, a, &after);
         state_equal(&g, &before, &after, SAME_SEQ, "a replace whose record failed");
-        ck_assert_int_eq(file_size(log), size);
+        ck_assert_int_eq(test_file_size(log), size);
         state_free(&before);
         state_free(&after);
         rill_session_destroy(&a); /* the log may be unusable now: start again from it */
@@ -1274,8 +1151,8 @@ START_TEST(failures_while_replaying_and_logging_replace) {
     state_t want;
     capture(&g, a, &want);
     rill_session_destroy(&a);
-    pool_view_t pv;
-    view(&g, &pv);
+    test_pool_view_t pv;
+    test_pool_view(g.pool, &pv);
     int64_t live = rill_mem_stats_total().n_live;
     int64_t c0 = rill_mem_calls();
     a = restore_ok(&g, NULL, log);
@@ -1300,13 +1177,13 @@ START_TEST(failures_while_replaying_and_logging_replace) {
             ck_assert_ptr_null(r);
             failed++;
         }
-        same_pool(&g, &pv);
+        test_pool_same(g.pool, &pv);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     ck_assert_int_gt(failed, 0);
     state_free(&want);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
@@ -1332,7 +1209,8 @@ static void put_record(unsigned char *b, size_t *len, uint32_t type, uint64_t se
 START_TEST(version_1_files_still_restore) {
     rig_t g;
     rig_open(&g, QWEN);
-    const char *log = tmp_path("v1.log"), *snap = tmp_path("v2.snap"), *snap1 = tmp_path("v1.snap");
+    const char *log = test_path_in(g_dir, "v1.log"), *snap = test_path_in(g_dir, "v2.snap"),
+               *snap1 = test_path_in(g_dir, "v1.snap");
     rill_session_t *want = new_session(&g, 16, 64);
     unsigned char *b = calloc(1, 4096);
     memcpy(b, "RILLLOG", 8);
@@ -1354,7 +1232,7 @@ START_TEST(version_1_files_still_restore) {
     put_record(b, &len, RILL__REC_FLUSH, 4, NULL, 0);
     put_record(b, &len, RILL__REC_ROLLBACK, 5, &pos, 4);
     put_record(b, &len, RILL__REC_TEXT, 6, "after the roll", 14);
-    write_all(log, b, len);
+    test_write_file(log, b, len);
     free(b);
     ck_assert_int_eq(rill_session_append(want, toks, 6), RILL_OK);
     ck_assert_int_eq(rill_session_append_text(want, "hello there wor", 15), RILL_OK);
@@ -1371,7 +1249,7 @@ START_TEST(version_1_files_still_restore) {
     /* A version-1 snapshot: this build's snapshot less the replace window section. */
     ck_assert_int_eq(rill_session_snapshot(want, snap), RILL_OK);
     size_t n = 0;
-    unsigned char *v2 = read_all(snap, &n);
+    unsigned char *v2 = test_read_file(snap, &n);
     ck_assert_uint_eq(rill__get_u32(v2 + 8), 2);
     int32_t n_res = (int32_t)rill__get_u32(v2 + 140);
     size_t text_len = (size_t)rill__get_u64(v2 + 112), hist = rill__get_u32(v2 + 152);
@@ -1384,7 +1262,7 @@ START_TEST(version_1_files_still_restore) {
     rill__put_u32(v1 + 152, 0);
     rill__put_u64(v1 + 16, n1);
     rill__put_u32(v1 + 156, rill__crc32c(0, v1, 156));
-    write_all(snap1, v1, n1);
+    test_write_file(snap1, v1, n1);
     free(v1);
     free(v2);
     r = restore_ok(&g, snap1, NULL);
@@ -1398,37 +1276,18 @@ START_TEST(version_1_files_still_restore) {
     sessions_equal(&g, r, want, SAME_SEQ, "a version-1 snapshot, then a replace after it");
     rill_session_destroy(&r);
     rill_session_destroy(&want);
-    clear_dir();
-    rig_close(&g);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
 }
 END_TEST
 
 /* ---- main ----------------------------------------------------------------------------------- */
 
-static bool have_models(void) {
-    const char *models[] = { QWEN, LLAMA };
-    for (int i = 0; i < 2; i++) {
-        char path[1200];
-        snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, models[i]);
-        FILE *f = fopen(path, "rb");
-        if (f == NULL) {
-            return false;
-        }
-        fclose(f);
-    }
-    return true;
-}
-
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    if (!have_models()) {
-        printf("SKIP: tests/data/models/ is empty: run tools/make_test_models.py "
-               "(scripts/test.sh does)\n");
-        return 77;
+    if (!test_have_models(QWEN, LLAMA, NULL)) {
+        return TEST_SKIP;
     }
-    snprintf(g_dir, sizeof g_dir, "/tmp/rill-replace-XXXXXX");
-    if (mkdtemp(g_dir) == NULL) {
-        perror("mkdtemp");
+    if (!test_tmpdir_make(g_dir, sizeof g_dir, "replace")) {
         return EXIT_FAILURE;
     }
     Suite *su = suite_create("sessions_replace");
@@ -1455,7 +1314,6 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    clear_dir();
-    rmdir(g_dir);
+    test_dir_remove(g_dir);
     return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
 }

@@ -23,37 +23,13 @@
 #include "rill_alloc.h"
 #include "rill_gguf.h"
 #include "rill_tokenizer.h"
+#include "test_util.h"
 
 #define VOCAB_DIR RILL_SHARED_DIR "/testdata/tokenizer/"
 #define REF_DIR   RILL_SOURCE_DIR "/tests/data/ref/"
 #define MARKER    "\n__ggml_vocab_test__\n"
 
 /* ---- helpers --------------------------------------------------------------------------- */
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ck_assert_ptr_nonnull(buf);
-    ck_assert_uint_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static bool file_exists(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f != NULL) {
-        fclose(f);
-    }
-    return f != NULL;
-}
 
 static rill_tokenizer_t *load(const char *path, rill_gguf_t **gp) {
     char err[256];
@@ -152,8 +128,8 @@ typedef struct cases {
 static bool cases_load(cases_t *c, const char *inp_path, const char *out_path) {
     size_t il, ol;
     memset(c, 0, sizeof(*c));
-    c->inp = read_file(inp_path, &il);
-    c->out = read_file(out_path, &ol);
+    c->inp = test_read_text_if_present(inp_path, &il);
+    c->out = test_read_text_if_present(out_path, &ol);
     if (c->inp == NULL || c->out == NULL) {
         free(c->inp);
         free(c->out);
@@ -263,11 +239,8 @@ START_TEST(test_reference_models) {
         char model[256];
         snprintf(model, sizeof(model), "%.*s", (int)(nl - 4), de->d_name);
         char path[768], inp[768], out[768];
-        snprintf(path, sizeof(path), RILL_SOURCE_DIR "/models/%s", model);
-        if (!file_exists(path)) {
-            snprintf(path, sizeof(path), RILL_SOURCE_DIR "/tests/data/models/%s", model);
-        }
-        if (!file_exists(path)) {
+        test_model_path(path, sizeof(path), model);
+        if (!test_file_exists(path)) {
             fprintf(stderr, "tokenizer: %s absent, %s skipped\n", model, de->d_name);
             continue;
         }
@@ -363,7 +336,7 @@ static char *stream_all(const rill_tokenizer_t *tok, const int32_t *ids, int64_t
  * add_special and, for the chat prompt, parse_special on. */
 START_TEST(test_default_model_sequences) {
     const char *path = RILL_SOURCE_DIR "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (!file_exists(path)) {
+    if (!test_file_exists(path)) {
         fprintf(stderr, "tokenizer: %s absent, skipped\n", path);
         return;
     }
@@ -766,11 +739,11 @@ START_TEST(test_invalid_utf8) {
     free(d);
     free(a);
     /* random bytes through every vocabulary: no crash, SPM keeps every byte */
-    unsigned seed = 12345;
+    rill_rand_t rng;
+    rill_rand_seed(&rng, 12345);
     char buf[4096];
     for (size_t i = 0; i < sizeof(buf); i++) {
-        seed = seed * 1103515245u + 12345u;
-        buf[i] = (char)(seed >> 16);
+        buf[i] = (char)(rill_rand_next(&rng) >> 56);
     }
     rill_tokenizer_destroy(&tok);
     for (size_t v = 0; v < 4; v++) {

@@ -24,6 +24,7 @@
 
 #include "rill_core.h"
 #include "rill_wire.h"
+#include "test_util.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
@@ -904,26 +905,21 @@ START_TEST(utf8_agrees_with_an_independent_decoder) {
     }
     /* random strings of valid characters and stray bytes: the escape is always valid, keeps
        valid input as it is, and undoes to the input */
-    uint64_t x = 0x9e3779b97f4a7c15ull;
+    rill_rand_t rng;
+    rill_rand_seed(&rng, 0x9e3779b97f4a7c15ull);
     char in[64], out[64 * 4 + 1], back[64];
     static const char *const pieces[] = {
         "a", " ", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80", "\xed\x9f\xbf", "\xf4\x8f\xbf\xbf"
     };
     for (int round = 0; round < 200000; round++) {
         size_t n = 0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        size_t want = (size_t)(x % 40);
+        size_t want = test_rand_below(&rng, 40);
         while (n < want) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            if (x % 3 == 0) {
-                unsigned char c = (unsigned char)(x >> 8);
+            if (test_rand_below(&rng, 3) == 0) {
+                unsigned char c = (unsigned char)(rill_rand_next(&rng) >> 56);
                 in[n++] = (char)(c == '\\' ? 'b' : c);
             } else {
-                const char *p = pieces[(x >> 8) % 7];
+                const char *p = pieces[test_rand_below(&rng, 7)];
                 size_t l = strlen(p);
                 if (n + l > sizeof in) {
                     break;
@@ -1125,13 +1121,10 @@ static void z85_encode(const uint8_t *raw, size_t n, char *out) {
 
 static char g_dir[64];
 
+/* Writes file `name` of the test's directory; returns its path (test_path_in). */
 static const char *write_file(const char *name, const void *data, size_t n) {
-    static char path[160];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "wb");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_uint_eq(fwrite(data, 1, n, f), n);
-    fclose(f);
+    const char *path = test_path_in(g_dir, name);
+    test_write_file(path, data, n);
     return path;
 }
 
@@ -1152,8 +1145,7 @@ START_TEST(curve_key_files) {
     z85_encode(raw, 32, key);
     ck_assert_uint_eq(strlen(key), 40);
 
-    snprintf(g_dir, sizeof g_dir, "/tmp/rill-test-wire-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    ck_assert(test_tmpdir_make(g_dir, sizeof g_dir, "test-wire"));
     char z[41], msg[300];
     char text[200];
 
@@ -1244,11 +1236,9 @@ START_TEST(curve_key_files) {
     const char *names[] = { "a.pub", "b.pub", "empty", "blank", "short",
                             "two",   "long",  "nul",   "tilde", "overflow" };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char path[160];
-        snprintf(path, sizeof path, "%s/%s", g_dir, names[i]);
-        unlink(path);
+        unlink(test_path_in(g_dir, names[i]));
     }
-    ck_assert_int_eq(rmdir(g_dir), 0);
+    ck_assert_int_eq(rmdir(g_dir), 0); /* nothing else was left there */
 }
 END_TEST
 
