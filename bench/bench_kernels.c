@@ -105,7 +105,7 @@ static void run_step(rill_backend_t *b, rill_weight_t *w[][N_SHAPES], int ns, fl
     for (int l = 0; l < N_LAYER; l++) {
         for (int s = 0; s < ns; s++) {
             if (w[l][s] != NULL && rill_backend_matmul(b, y, x, w[l][s], n_tok) != RILL_OK) {
-                fprintf(stderr, "matmul failed: %s\n", rill_backend_last_error(b));
+                fprintf(stderr, "matmul failed: %s\n", rill_last_error(RILL_OK));
                 exit(1);
             }
         }

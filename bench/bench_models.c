@@ -155,12 +155,10 @@ typedef struct engine {
 } engine_t;
 
 static int open_engine(const opts_t *o, engine_t *e) {
-    char msg[256];
     memset(e, 0, sizeof *e);
-    if (rill_model_load(o->model, rill_model_default_params(), &e->model, msg, sizeof msg) !=
-            RILL_OK ||
-        rill_tokenizer_new(rill_model_gguf(e->model), &e->tok, msg, sizeof msg) != RILL_OK) {
-        fprintf(stderr, "bench_models: %s: %s\n", o->model, msg);
+    if (rill_model_load(o->model, rill_model_default_params(), &e->model) != RILL_OK ||
+        rill_tokenizer_new(rill_model_gguf(e->model), &e->tok) != RILL_OK) {
+        fprintf(stderr, "bench_models: %s: %s\n", o->model, rill_last_error(RILL_OK));
         return -1;
     }
     rill_backend_params_t bp = rill_backend_default_params();
@@ -209,7 +207,6 @@ static int round_of(const opts_t *o, engine_t *e, rill_sched_model_steps_t polic
     pb.model = 1;
     pb.session.window = 2048;
     rill_sched_sid_t sa = 0, sb = 0;
-    char msg[300];
     int32_t *ctx = malloc((size_t)o->context * sizeof *ctx), q[64];
     /* RILL_EFULL: the first o->context tokens of 16 KiB of text were written */
     int64_t n_ctx = ctx != NULL
@@ -219,12 +216,11 @@ static int round_of(const opts_t *o, engine_t *e, rill_sched_model_steps_t polic
     static const char *question = "\nQuestion: who is named in the last verse above, and what "
                                   "did he do? Answer briefly.\nAnswer:";
     int64_t n_q = rill_tokenizer_encode(e->tok, question, strlen(question), false, false, q, 64);
-    if (n_ctx < o->context || n_q < 1 ||
-        rill_sched_session_create(sch, &pa, &sa, msg, sizeof msg) != RILL_OK ||
-        rill_sched_session_create(sch, &pb, &sb, msg, sizeof msg) != RILL_OK ||
+    if (n_ctx < o->context || n_q < 1 || rill_sched_session_create(sch, &pa, &sa) != RILL_OK ||
+        rill_sched_session_create(sch, &pb, &sb) != RILL_OK ||
         rill_sched_ingest(sch, sa, ctx, o->context) != RILL_OK ||
         rill_sched_wait_idle(sch, 600 * 1000 * MS) != RILL_OK) {
-        fprintf(stderr, "bench_models: set-up failed: %s\n", msg);
+        fprintf(stderr, "bench_models: set-up failed: %s\n", rill_last_error(RILL_OK));
         free(ctx);
         rill_sched_destroy(&sch);
         return -1;

@@ -140,7 +140,7 @@ static int query_ttft(rill_session_t *s, const int32_t *q, int32_t n_q, rill_his
     rill_err_t err = rill_session_query(s, q, n_q, &g);
     if (err != RILL_OK || f.token < 0) {
         fprintf(stderr, "bench_sessions: query: %s (%s)\n", rill_strerror(err),
-                rill_session_last_error(s));
+                rill_last_error(RILL_OK));
         return 1;
     }
     rill_hist_record(h, f.t - t0);
@@ -273,12 +273,10 @@ static int measure(const opts_t *o, rill_session_pool_t *pool, rill_session_t *s
         }
         rill_session_destroy(&e);
 
-        char err[256] = "";
         rill_session_t *rs = NULL;
         t0 = rill_now_ns();
-        if (rill_session_restore(pool, snap, NULL, RILL_SESSION_FSYNC_NEVER, &rs, err,
-                                 sizeof err) != RILL_OK) {
-            fprintf(stderr, "bench_sessions: restore: %s\n", err);
+        if (rill_session_restore(pool, snap, NULL, RILL_SESSION_FSYNC_NEVER, &rs) != RILL_OK) {
+            fprintf(stderr, "bench_sessions: restore: %s\n", rill_last_error(RILL_OK));
             return 1;
         }
         rill_hist_record(&h_restore, rill_now_ns() - t0);
@@ -313,10 +311,9 @@ int main(int argc, char **argv) {
                 argv[0], MAX_REPS);
         return 2;
     }
-    char msg[256] = "";
     rill_model_t *model = NULL;
-    if (rill_model_load(o.model, rill_model_default_params(), &model, msg, sizeof msg) != RILL_OK) {
-        fprintf(stderr, "bench_sessions: %s: %s\n", o.model, msg);
+    if (rill_model_load(o.model, rill_model_default_params(), &model) != RILL_OK) {
+        fprintf(stderr, "bench_sessions: %s: %s\n", o.model, rill_last_error(RILL_OK));
         return 1;
     }
     const rill_hparams_t *h = rill_model_hparams(model);
@@ -327,8 +324,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     rill_tokenizer_t *tk = NULL;
-    if (rill_tokenizer_new(rill_model_gguf(model), &tk, msg, sizeof msg) != RILL_OK) {
-        fprintf(stderr, "bench_sessions: tokenizer: %s\n", msg);
+    if (rill_tokenizer_new(rill_model_gguf(model), &tk) != RILL_OK) {
+        fprintf(stderr, "bench_sessions: tokenizer: %s\n", rill_last_error(RILL_OK));
         return 1;
     }
     size_t len = 0;

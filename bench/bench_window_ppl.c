@@ -287,15 +287,14 @@ int main(int argc, char **argv) {
                 argv[0]);
         return 2;
     }
-    char msg[256] = "";
     rill_model_t *model = NULL;
-    if (rill_model_load(o.model, rill_model_default_params(), &model, msg, sizeof msg) != RILL_OK) {
-        fprintf(stderr, "bench_window_ppl: %s: %s\n", o.model, msg);
+    if (rill_model_load(o.model, rill_model_default_params(), &model) != RILL_OK) {
+        fprintf(stderr, "bench_window_ppl: %s: %s\n", o.model, rill_last_error(RILL_OK));
         return 1;
     }
     rill_tokenizer_t *tk = NULL;
-    if (rill_tokenizer_new(rill_model_gguf(model), &tk, msg, sizeof msg) != RILL_OK) {
-        fprintf(stderr, "bench_window_ppl: tokenizer: %s\n", msg);
+    if (rill_tokenizer_new(rill_model_gguf(model), &tk) != RILL_OK) {
+        fprintf(stderr, "bench_window_ppl: tokenizer: %s\n", rill_last_error(RILL_OK));
         return 1;
     }
     size_t len = 0;

@@ -71,10 +71,9 @@ static rill_client_t *open_client(const char *prog, const conn_t *k, int *rc) {
         p.curve_secret_key = sec;
     }
     rill_client_t *c = NULL;
-    char err[512];
-    rill_err_t e = rill_client_new(&p, &c, err, sizeof err);
+    rill_err_t e = rill_client_new(&p, &c);
     if (e != RILL_OK) {
-        fprintf(stderr, "%s: %s: %s\n", prog, rill_err_name(e), err);
+        fprintf(stderr, "%s: %s: %s\n", prog, rill_err_name(e), rill_last_error(e));
         *rc = e == RILL_EINVAL ? 2 : 1;
         return NULL;
     }
@@ -83,8 +82,8 @@ static rill_client_t *open_client(const char *prog, const conn_t *k, int *rc) {
 
 /* Reports a failed call and returns the exit code 1. */
 static int failed(const char *prog, rill_client_t *c, rill_err_t e) {
-    const char *m = rill_client_last_error(c);
-    fprintf(stderr, "%s: %s: %s\n", prog, rill_err_name(e), m[0] != '\0' ? m : rill_strerror(e));
+    (void)c;
+    fprintf(stderr, "%s: %s: %s\n", prog, rill_err_name(e), rill_last_error(e));
     return 1;
 }
 
@@ -374,7 +373,7 @@ static int ingest_csv(rill_client_t *c, const char *name, FILE *f, int64_t batch
         if (e != RILL_OK) {
             if (tt->rejected_here++ < 5) {
                 fprintf(stderr, "%srill ingest: rejected: %s\n", pr->tty ? "\n" : "",
-                        rill_tick_csv_last_error(csv));
+                        rill_last_error(RILL_OK));
             }
             continue;
         }
@@ -449,10 +448,11 @@ static int ingest_msgpack(rill_client_t *c, const char *name, FILE *f, int64_t b
     while (rc == 0 && off < (size_t)size) {
         size_t rest = (size_t)size - off, vlen = rest;
         rill_msgpack_shape_t sh;
-        char msg[200];
-        rill_err_t e = rill_msgpack_check(data + off, rest, 8, &sh, msg, sizeof msg);
+        rill_err_t e = rill_msgpack_check(data + off, rest, 8, &sh);
+        char msg[RILL_ERR_DETAIL];
+        snprintf(msg, sizeof msg, "%s", rill_last_error(e)); /* before the second check */
         if (e == RILL_EFORMAT && sh.at != SIZE_MAX && sh.at > 0 && sh.at < rest &&
-            rill_msgpack_check(data + off, sh.at, 8, NULL, NULL, 0) == RILL_OK) {
+            rill_msgpack_check(data + off, sh.at, 8, NULL) == RILL_OK) {
             e = RILL_OK; /* trailing bytes: the next value */
             vlen = sh.at;
         }

@@ -158,9 +158,8 @@ static size_t unescape(char *s) {
 }
 
 static int session_error(script_t *sc, named_t *n, rill_err_t err) {
-    return fail(sc, "%s: %s", rill_err_name(err),
-                n->s != NULL && rill_session_last_error(n->s)[0] ? rill_session_last_error(n->s)
-                                                                 : rill_strerror(err));
+    (void)n;
+    return fail(sc, "%s: %s", rill_err_name(err), rill_last_error(err));
 }
 
 /* An fsync policy name; NULL (absent) keeps *out. */
@@ -390,12 +389,11 @@ static int run_line(script_t *sc, char *line) {
         if (n == NULL) {
             return fail(sc, "too many sessions");
         }
-        char msg[512];
         err = rill_session_restore(sc->pool, strcmp(path, "-") == 0 ? NULL : path, log, policy,
-                                   &n->s, msg, sizeof msg);
+                                   &n->s);
         if (err != RILL_OK) {
             forget(n);
-            return fail(sc, "restore: %s: %s", rill_err_name(err), msg);
+            return fail(sc, "restore: %s: %s", rill_err_name(err), rill_last_error(err));
         }
         return 0;
     }

@@ -41,19 +41,18 @@ int cmd_tokenize(int argc, char **argv) {
     if (model == NULL && (model = cli_default_model()) == NULL) {
         return 1;
     }
-    char msg[512] = "";
     rill_gguf_t *g = NULL;
     rill_tokenizer_t *tok = NULL;
     int32_t *ids = NULL;
     int status = 1;
-    rill_err_t err = rill_gguf_open(model, &g, msg, sizeof msg);
+    rill_err_t err = rill_gguf_open(model, &g);
     if (err != RILL_OK) {
-        fprintf(stderr, "rill tokenize: %s: %s\n", model, msg[0] ? msg : rill_strerror(err));
+        fprintf(stderr, "rill tokenize: %s: %s\n", model, rill_last_error(err));
         goto done;
     }
-    err = rill_tokenizer_new(g, &tok, msg, sizeof msg);
+    err = rill_tokenizer_new(g, &tok);
     if (err != RILL_OK) {
-        fprintf(stderr, "rill tokenize: %s: %s\n", model, msg[0] ? msg : rill_strerror(err));
+        fprintf(stderr, "rill tokenize: %s: %s\n", model, rill_last_error(err));
         goto done;
     }
     size_t len = strlen(prompt);

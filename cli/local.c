@@ -18,16 +18,15 @@ int local_open(local_t *l, const local_opts_t *o) {
     if (path == NULL) {
         return 1;
     }
-    char msg[512] = "";
-    rill_err_t err = rill_model_load(path, rill_model_default_params(), &l->model, msg, sizeof msg);
+    rill_err_t err = rill_model_load(path, rill_model_default_params(), &l->model);
     if (err != RILL_OK) {
-        fprintf(stderr, "rill: cannot load %s: %s\n", path, msg[0] ? msg : rill_strerror(err));
+        fprintf(stderr, "rill: cannot load %s: %s\n", path, rill_last_error(err));
         return 1;
     }
     l->hp = rill_model_hparams(l->model);
-    err = rill_tokenizer_new(rill_model_gguf(l->model), &l->tok, msg, sizeof msg);
+    err = rill_tokenizer_new(rill_model_gguf(l->model), &l->tok);
     if (err != RILL_OK) {
-        fprintf(stderr, "rill: %s: tokenizer: %s\n", path, msg[0] ? msg : rill_strerror(err));
+        fprintf(stderr, "rill: %s: tokenizer: %s\n", path, rill_last_error(err));
         goto fail;
     }
     rill_backend_params_t bp = rill_backend_default_params();
@@ -131,7 +130,7 @@ int local_eval(local_t *l, const int32_t *tokens, int32_t n, bool all, float *lo
     rill_err_t err =
         rill_forward_eval_sequence(l->fw, l->kv, &pt, l->n_past, tokens, n, all, logits);
     if (err != RILL_OK) {
-        fprintf(stderr, "rill: evaluation failed: %s\n", rill_forward_last_error(l->fw));
+        fprintf(stderr, "rill: evaluation failed: %s\n", rill_last_error(err));
         return 1;
     }
     l->n_past += n;

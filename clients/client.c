@@ -68,7 +68,7 @@ rill_err_t rill__client_fail(rill_client_t *c, rill_err_t err, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(c->err, sizeof c->err, fmt, ap);
     va_end(ap);
-    return err;
+    return rill__error_str(err, c->err); /* the caller reads rill_last_error */
 }
 
 static rill_err_t new_fail(char *err, size_t errlen, rill_err_t code, const char *fmt, ...)
@@ -85,10 +85,6 @@ static rill_err_t new_fail(char *err, size_t errlen, rill_err_t code, const char
         va_end(ap);
     }
     return code;
-}
-
-const char *rill_client_last_error(const rill_client_t *c) {
-    return c != NULL ? c->err : "";
 }
 
 rill_client_stats_t rill_client_stats(const rill_client_t *c) {
@@ -193,9 +189,9 @@ bool rill__client_str(msgpack_zone *z, const msgpack_object *o, const char **s, 
  * RILL_ENOMEM with msg set. */
 static rill_err_t unpack_checked(msgpack_zone *z, const void *buf, size_t len, const char *what,
                                  msgpack_object *out, char *msg, size_t msglen) {
-    char why[160];
-    if (rill_msgpack_check_utf8(buf, len, CL_MAX_DEPTH, NULL, why, sizeof why) != RILL_OK) {
-        snprintf(msg, msglen, "malformed %s: %s", what, why);
+    rill_err_t ce = rill_msgpack_check_utf8(buf, len, CL_MAX_DEPTH, NULL);
+    if (ce != RILL_OK) {
+        snprintf(msg, msglen, "malformed %s: %s", what, rill_last_error(ce));
         return RILL_EFORMAT;
     }
     /* msgpack-c points strings into its input: the copy lives as long as the zone */
@@ -240,9 +236,9 @@ static rill_err_t load_key(const char *spec, const char *what, char out[41], cha
                            size_t errlen) {
     struct stat sb;
     if (stat(spec, &sb) == 0) {
-        char why[400];
-        if (rill_curve_key_read(spec, out, NULL, why, sizeof why) != RILL_OK) {
-            return new_fail(err, errlen, RILL_EINVAL, "%s %s", what, why);
+        rill_err_t ke = rill_curve_key_read(spec, out, NULL);
+        if (ke != RILL_OK) {
+            return new_fail(err, errlen, RILL_EINVAL, "%s %s", what, rill_last_error(ke));
         }
         return RILL_OK;
     }
@@ -274,8 +270,8 @@ static int sock_opts(rill_client_t *c, void *s, const rill_client_params_t *p, c
     return rc;
 }
 
-rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **out, char *err,
-                           size_t errlen) {
+static rill_err_t client_new_buf(const rill_client_params_t *params, rill_client_t **out, char *err,
+                                 size_t errlen) {
     if (err != NULL && errlen > 0) {
         err[0] = '\0';
     }
@@ -365,6 +361,11 @@ rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **o
     }
     *out = c;
     return RILL_OK;
+}
+
+rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(client_new_buf(params, out, msg, sizeof msg), msg);
 }
 
 static void free_queue(rill_client_t *c) {
@@ -860,6 +861,7 @@ rill_err_t rill__client_call(rill_client_t *c, const char *cmd, bool with_args, 
             }
             st = status;
             snprintf(c->err, sizeof c->err, "%s", msg);
+            rill__error_str(st, c->err); /* the server's message is the caller's detail */
             replied = true;
             if (ask != NULL && st == RILL_OK) {
                 /* the answer event ends the stream: it was published before the reply, on
@@ -899,10 +901,8 @@ rill_err_t rill_client_call(rill_client_t *c, const char *cmd, const void *args,
         return rill__client_fail(c, RILL_EINVAL, "bad arguments");
     }
     rill_msgpack_shape_t sh;
-    char msg[200];
-    if (args != NULL &&
-        (rill_msgpack_check(args, args_len, CL_MAX_DEPTH, &sh, msg, sizeof msg) != RILL_OK ||
-         sh.top != RILL_MSGPACK_MAP)) {
+    if (args != NULL && (rill_msgpack_check(args, args_len, CL_MAX_DEPTH, &sh) != RILL_OK ||
+                         sh.top != RILL_MSGPACK_MAP)) {
         return rill__client_fail(c, RILL_EFORMAT, "args must be one msgpack map");
     }
     msgpack_sbuffer_clear(&c->args);

@@ -277,9 +277,10 @@ rill_err_t rill_client_ingest_ticks(rill_client_t *c, const char *session, const
     int64_t len = rill_tick_encode(ticks, n, true, buf, cap);
     if (len < 0) {
         for (int64_t i = 0; i < n; i++) {
-            char why[160];
-            if (rill_tick_check(&ticks[i], why, sizeof why) != RILL_OK) {
-                return rill__client_fail(c, RILL_EINVAL, "tick %lld: %s", (long long)i, why);
+            rill_err_t te = rill_tick_check(&ticks[i]);
+            if (te != RILL_OK) {
+                return rill__client_fail(c, RILL_EINVAL, "tick %lld: %s", (long long)i,
+                                         rill_last_error(te));
             }
         }
         return rill__client_fail(c, (rill_err_t)len, "encoding the ticks failed");
@@ -298,9 +299,7 @@ rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *sessio
         return RILL_EINVAL;
     }
     rill_msgpack_shape_t sh;
-    char msg[200];
-    if (batch == NULL ||
-        rill_msgpack_check(batch, len, CL_MAX_DEPTH, &sh, msg, sizeof msg) != RILL_OK ||
+    if (batch == NULL || rill_msgpack_check(batch, len, CL_MAX_DEPTH, &sh) != RILL_OK ||
         sh.top != RILL_MSGPACK_ARRAY) {
         return rill__client_fail(c, RILL_EFORMAT, "the batch must be one msgpack array");
     }

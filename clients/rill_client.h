@@ -10,7 +10,8 @@
  * Errors of every request call:
  *   RILL_OK and the server's statuses (RILL_ENOTFOUND "no such session", RILL_EPERM "not your
  *     session", RILL_EINVAL, RILL_EFULL, ...), with the server's message in
- *     rill_client_last_error(); a status name this client does not know is RILL_EINTERNAL;
+ *     rill_last_error(err) (core/rill_err.h: the detail of every rill error, on the calling
+ *     thread); a status name this client does not know is RILL_EINTERNAL;
  *   RILL_ETIMEDOUT  no connection, or no reply, within timeout_ms (the message says which);
  *   RILL_EPERM      CURVE: the server refused this client's key, or the handshake failed;
  *   RILL_EFORMAT    the reply was not a well-formed protocol reply (it is checked with
@@ -25,10 +26,9 @@
  * On error the out-parameters are untouched unless said otherwise.
  *
  * Memory: results that hold strings or arrays are borrowed from the client: they stay valid
- * until the next call on it (any function below but rill_client_last_error and
- * rill_client_stats) or its destruction. Decoded replies and events live in msgpack-c zones
- * (libc malloc: msgpack-c has no allocator hook); the handle and queued events are charged to
- * RILL_MEM_CLIENT.
+ * until the next call on it (any function below but rill_client_stats) or its destruction. Decoded
+ * replies and events live in msgpack-c zones (libc malloc: msgpack-c has no allocator hook); the
+ * handle and queued events are charged to RILL_MEM_CLIENT.
  *
  * Thread safety: one thread at a time per client (the ZeroMQ sockets are not thread-safe; a
  * client may move between threads with a full memory barrier, e.g. a mutex). Different
@@ -78,21 +78,16 @@ rill_client_params_t rill_client_default_params(void);
 
 /* Creates a client and connects its sockets (the connection itself is made in the
  * background; the first request waits for it). params NULL: the defaults. Caller owns *out;
- * destroy with rill_client_destroy(). The strings of params are not kept. err (optional)
- * receives a message on error. Errors: RILL_EINVAL (a parameter out of range, half a CURVE
+ * destroy with rill_client_destroy(). The strings of params are not kept. Errors (the detail in
+ * rill_last_error): RILL_EINVAL (a parameter out of range, half a CURVE
  * configuration, a key that is neither Z85 nor a readable key file, a malformed endpoint),
  * RILL_EUNSUPPORTED (CURVE asked of a libzmq without it), RILL_ENOMEM, RILL_EIO. Does not
  * block. */
-rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **out, char *err,
-                           size_t errlen);
+rill_err_t rill_client_new(const rill_client_params_t *params, rill_client_t **out);
 
 /* Closes the sockets (unsent requests are dropped) and frees *cp; sets *cp = NULL.
  * NULL-safe. */
 void rill_client_destroy(rill_client_t **cp);
-
-/* The message of the last call's error: the server's message, or what went wrong here ("" after
- * a success). Borrowed; valid until the next call. Never NULL (NULL client: ""). */
-const char *rill_client_last_error(const rill_client_t *c);
 
 typedef struct rill_client_stats {
     int64_t requests;       /* requests sent */

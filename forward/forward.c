@@ -63,8 +63,6 @@ struct rill_forward {
     /* Host scratch of rill_forward_eval_sequence(), sized at creation. */
     rill_batch_token_t *seq_tok; /* [max_batch] */
     int32_t *seq_rows;           /* [max_batch] */
-
-    char err[256];
 };
 
 struct rill_kv_cache {
@@ -271,10 +269,6 @@ int32_t rill_forward_max_batch(const rill_forward_t *fw) {
     return fw->max_batch;
 }
 
-const char *rill_forward_last_error(const rill_forward_t *fw) {
-    return fw->err;
-}
-
 /* ---- KV cache ---- */
 
 rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t page_size,
@@ -289,9 +283,8 @@ rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t pag
     rill_kv_layout_t layout = { dtype, page_size, fw->hp.n_head_kv, fw->hp.head_dim, n_pages };
     int64_t pool = rill_kv_pool_bytes(&layout);
     if (pool <= 0 || (dtype != RILL_DTYPE_F16 && dtype != RILL_DTYPE_F32)) {
-        snprintf(fw->err, sizeof fw->err, "invalid KV layout (dtype %s, page %d, pages %d)",
-                 rill_dtype_name(dtype), page_size, n_pages);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "invalid KV layout (dtype %s, page %d, pages %d)",
+                           rill_dtype_name(dtype), page_size, n_pages);
     }
     if (pool > INT64_MAX / fw->hp.n_layer) {
         return RILL_EINVAL;
@@ -356,8 +349,7 @@ rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, con
     rill_err_t err =
         rill_backend_kv_copy_pages(fw->be, &kv->layout, kv->pools, fw->hp.n_layer, src, dst, n);
     if (err != RILL_OK) {
-        snprintf(fw->err, sizeof fw->err, "page copy: %s (%s)", rill_strerror(err),
-                 rill_backend_last_error(fw->be));
+        rill__error(err, "page copy: %s", rill_last_error(err));
     }
     return err;
 }
@@ -365,9 +357,8 @@ rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, con
 /* ---- the pass ---- */
 
 static rill_err_t fail(rill_forward_t *fw, rill_err_t err, const char *what) {
-    snprintf(fw->err, sizeof fw->err, "%s: %s (%s)", what, rill_strerror(err),
-             rill_backend_last_error(fw->be));
-    return err;
+    (void)fw;
+    return rill__error(err, "%s: %s", what, rill_last_error(err));
 }
 
 /* One transformer block over the installed batch of T tokens. */
@@ -458,18 +449,15 @@ static rill_err_t check_batch(rill_forward_t *fw, const rill_batch_t *batch,
                               const int32_t *out_rows, int32_t n_out) {
     int64_t T = batch->n_tok;
     if (T < 1) {
-        snprintf(fw->err, sizeof fw->err, "empty batch");
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "empty batch");
     }
     if (T > fw->max_batch) {
-        snprintf(fw->err, sizeof fw->err, "batch of %lld tokens exceeds max_batch %d", (long long)T,
-                 fw->max_batch);
-        return RILL_ERANGE;
+        return rill__error(RILL_ERANGE, "batch of %lld tokens exceeds max_batch %d", (long long)T,
+                           fw->max_batch);
     }
     for (int32_t j = 0; j < n_out; j++) {
         if (out_rows[j] < 0 || out_rows[j] >= T) {
-            snprintf(fw->err, sizeof fw->err, "output row %d outside the batch", out_rows[j]);
-            return RILL_EINVAL;
+            return rill__error(RILL_EINVAL, "output row %d outside the batch", out_rows[j]);
         }
     }
     return RILL_OK;
@@ -478,11 +466,10 @@ static rill_err_t check_batch(rill_forward_t *fw, const rill_batch_t *batch,
 static rill_err_t check_host_tokens(rill_forward_t *fw, const int32_t *tokens, int64_t T) {
     for (int64_t i = 0; i < T; i++) {
         if (tokens[i] < 0 || tokens[i] >= fw->hp.n_vocab) {
-            snprintf(fw->err, sizeof fw->err,
-                     "token %d at batch index %lld is outside the "
-                     "vocabulary [0, %d)",
-                     tokens[i], (long long)i, fw->hp.n_vocab);
-            return RILL_EINVAL;
+            return rill__error(RILL_EINVAL,
+                               "token %d at batch index %lld is outside the "
+                               "vocabulary [0, %d)",
+                               tokens[i], (long long)i, fw->hp.n_vocab);
         }
     }
     return RILL_OK;
@@ -508,8 +495,7 @@ static rill_err_t run_layers(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
     }
     for (int32_t l = 0; l < fw->hp.n_layer; l++) {
         if (fw->cancel != NULL && atomic_load_explicit(fw->cancel, memory_order_acquire) != 0) {
-            snprintf(fw->err, sizeof fw->err, "cancelled before layer %d", l);
-            return RILL_ECANCELED;
+            return rill__error(RILL_ECANCELED, "cancelled before layer %d", l);
         }
         err = block(fw, &fw->layers[l], &kv->layout, rill_kv_cache_pool(kv, l), T);
         if (err != RILL_OK) {
@@ -547,20 +533,18 @@ rill_err_t rill_forward_eval_ids(rill_forward_t *fw, rill_kv_cache_t *kv, const 
         return RILL_EINVAL;
     }
     if ((tokens_host == NULL) == (tokens == NULL)) {
-        snprintf(fw->err, sizeof fw->err, "give the tokens either from the host or resident");
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "give the tokens either from the host or resident");
     }
     if (tokens != NULL && (tokens->fw != fw || tokens->count < batch->n_tok)) {
-        snprintf(fw->err, sizeof fw->err,
-                 "the resident tokens (%d ids) do not cover the batch's %d tokens, or belong to "
-                 "another forward",
-                 tokens->count, batch->n_tok);
-        return RILL_EINVAL;
+        return rill__error(
+            RILL_EINVAL,
+            "the resident tokens (%d ids) do not cover the batch's %d tokens, or belong to "
+            "another forward",
+            tokens->count, batch->n_tok);
     }
     if (n_out > next->capacity) {
-        snprintf(fw->err, sizeof fw->err, "%d output rows exceed the id buffer's capacity %d",
-                 n_out, next->capacity);
-        return RILL_ERANGE;
+        return rill__error(RILL_ERANGE, "%d output rows exceed the id buffer's capacity %d", n_out,
+                           next->capacity);
     }
     rill_err_t err = check_batch(fw, batch, out_rows, n_out);
     if (err == RILL_OK && tokens_host != NULL) {
@@ -652,9 +636,8 @@ rill_err_t rill_forward_eval_sequence(rill_forward_t *fw, rill_kv_cache_t *kv,
         return RILL_EINVAL;
     }
     if ((int64_t)pos0 + n > (int64_t)pt->n_pages * kv->layout.page_size) {
-        snprintf(fw->err, sizeof fw->err, "positions [%d, %lld) exceed the page table (%d slots)",
-                 pos0, (long long)pos0 + n, pt->n_pages * kv->layout.page_size);
-        return RILL_ERANGE;
+        return rill__error(RILL_ERANGE, "positions [%d, %lld) exceed the page table (%d slots)",
+                           pos0, (long long)pos0 + n, pt->n_pages * kv->layout.page_size);
     }
     int64_t V = fw->hp.n_vocab;
     for (int32_t i0 = 0; i0 < n; i0 += fw->max_batch) {

@@ -89,7 +89,7 @@ int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv);
  * destination may not, and no page may be both (the order of the copies never matters).
  * This is copy-on-write for many pages in one call (sessions/ uses it). n == 0 copies nothing.
  * Errors: RILL_EINVAL (NULL, n < 0, an index out of range, a repeated destination, a page both
- * read and written; detail in rill_forward_last_error of the cache's forward); on error
+ * read and written; detail in rill_last_error); on error
  * nothing is copied. Blocks until done. */
 rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, const int32_t *dst,
                                     int32_t n);
@@ -181,9 +181,6 @@ rill_err_t rill_forward_eval_sequence(rill_forward_t *fw, rill_kv_cache_t *kv,
                                       const rill_page_table_t *pt, int32_t pos0,
                                       const int32_t *tokens, int32_t n, bool all,
                                       float *logits_host);
-
-/* Detail of the last error of rill_forward_eval / rill_kv_cache_new on fw. Borrowed. */
-const char *rill_forward_last_error(const rill_forward_t *fw);
 
 #ifdef __cplusplus
 }

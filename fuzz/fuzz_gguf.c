@@ -111,8 +111,7 @@ static void walk_tensors(const rill_gguf_t *g) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rill_gguf_t *g = NULL;
-    char err[256];
-    if (rill_gguf_open_memory(data, size, &g, err, sizeof err) != RILL_OK) {
+    if (rill_gguf_open_memory(data, size, &g) != RILL_OK) {
         if (g != NULL) {
             abort();
         }
@@ -135,7 +134,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* The model loader reads hparams and binds tensors; on success it owns g. */
     rill_model_t *m = NULL;
     rill_model_params_t mp = rill_model_default_params();
-    if (rill_model_load_gguf(&g, mp, &m, err, sizeof err) == RILL_OK) {
+    if (rill_model_load_gguf(&g, mp, &m) == RILL_OK) {
         const rill_model_weights_t *w = rill_model_weights(m);
         touch(w->token_embd.data, w->token_embd.row_bytes);
         touch(w->output.data, w->output.row_bytes);

@@ -25,6 +25,7 @@
  */
 #include <msgpack.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,14 +76,16 @@ static bool name_ok(rill_proto_str_t s) {
 }
 
 /* Which arguments each command takes: session (S), text (T), question (Q), system (Y), window
- * and sinks (W), flush (F), max_tokens (M), qid (I), ticks (K); upper case required. */
+ * and sinks (W), flush (F), max_tokens (M), qid (I), ticks (K), model (O), from_version (V);
+ * upper case required. */
 static const char *const k_args[RILL_PROTO_N_CMDS] = {
-    [RILL_PROTO_SESSION_CREATE] = "syw",    [RILL_PROTO_SESSION_CLOSE] = "S",
+    [RILL_PROTO_SESSION_CREATE] = "sywo",   [RILL_PROTO_SESSION_CLOSE] = "S",
     [RILL_PROTO_SESSION_LIST] = "",         [RILL_PROTO_SESSION_STATS] = "S",
     [RILL_PROTO_SESSION_SNAPSHOT] = "S",    [RILL_PROTO_INGEST_TEXT] = "STf",
     [RILL_PROTO_INGEST_TICKS] = "SK",       [RILL_PROTO_ASK] = "SQm",
     [RILL_PROTO_STANDING_REGISTER] = "SQm", [RILL_PROTO_STANDING_UNREGISTER] = "SI",
     [RILL_PROTO_STANDING_LIST] = "S",       [RILL_PROTO_SERVER_STATS] = "",
+    [RILL_PROTO_INGEST_REPLACE] = "STV",
 };
 
 static bool takes(rill_proto_cmd_t c, char a) {
@@ -109,6 +112,12 @@ static void check_req(const rill_proto_req_t *r, const uint8_t *buf, size_t len)
     check(takes(c, 'w') || (r->present & (RILL_PROTO_HAS_WINDOW | RILL_PROTO_HAS_SINKS)) == 0);
     check(takes(c, 'f') || (r->present & RILL_PROTO_HAS_FLUSH) == 0);
     check(takes(c, 'm') || (r->present & RILL_PROTO_HAS_MAX_TOKENS) == 0);
+    check(takes(c, 'o') || (r->present & RILL_PROTO_HAS_MODEL) == 0);
+    if (r->present & RILL_PROTO_HAS_MODEL) {
+        check_str(r->model, buf, len, RILL_PROTO_MAX_NAME - 1);
+        check(name_ok(r->model));
+    }
+    check(takes(c, 'v') ? r->from_version >= 1 : r->from_version == 0);
     check(r->window >= 0 && r->window <= RILL_PROTO_MAX_WINDOW);
     check(r->sinks >= 0 && r->sinks <= RILL_PROTO_MAX_WINDOW);
     if (r->present & RILL_PROTO_HAS_MAX_TOKENS) {
@@ -119,8 +128,7 @@ static void check_req(const rill_proto_req_t *r, const uint8_t *buf, size_t len)
     if (r->ticks != NULL) {
         /* the re-packed array: one well-formed msgpack array the tick decoder can read */
         rill_msgpack_shape_t sh;
-        check(rill_msgpack_check(r->ticks, r->ticks_len, RILL_MSGPACK_MAX_DEPTH, &sh, NULL, 0) ==
-                  RILL_OK &&
+        check(rill_msgpack_check(r->ticks, r->ticks_len, RILL_MSGPACK_MAX_DEPTH, &sh) == RILL_OK &&
               sh.top == RILL_MSGPACK_ARRAY);
         int64_t n = rill_tick_decode(g_ticks, r->ticks, r->ticks_len, g_tick_out, 4096);
         check(n >= 0 || n == RILL_EFORMAT || n == RILL_ERANGE || n == RILL_EINVAL ||
@@ -162,7 +170,8 @@ static void repack(const rill_proto_req_t *r, msgpack_sbuffer *sb) {
     n += (r->present & RILL_PROTO_HAS_SINKS) != 0;
     n += (r->present & RILL_PROTO_HAS_FLUSH) != 0;
     n += (r->present & RILL_PROTO_HAS_MAX_TOKENS) != 0;
-    n += takes(c, 't') + takes(c, 'q') + takes(c, 'i') + takes(c, 'k');
+    n += (r->present & RILL_PROTO_HAS_MODEL) != 0;
+    n += takes(c, 't') + takes(c, 'q') + takes(c, 'i') + takes(c, 'k') + takes(c, 'v');
     msgpack_pack_map(&pk, n);
     if (r->present & RILL_PROTO_HAS_SESSION) {
         pack_kv_str(&pk, "session", r->session);
@@ -200,6 +209,13 @@ static void repack(const rill_proto_req_t *r, msgpack_sbuffer *sb) {
         pack_str(&pk, "ticks");
         msgpack_sbuffer_write(sb, r->ticks, r->ticks_len);
     }
+    if (r->present & RILL_PROTO_HAS_MODEL) {
+        pack_kv_str(&pk, "model", r->model);
+    }
+    if (takes(c, 'v')) {
+        pack_str(&pk, "from_version");
+        msgpack_pack_int64(&pk, r->from_version);
+    }
 }
 
 /* Oracle 5: s[0, n) packed as rilld packs strings is one str of valid UTF-8. */
@@ -210,7 +226,7 @@ static void check_sent(const char *s, size_t n) {
     msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
     check(rill_msgpack_pack_str(&pk, s, n) == 0);
     rill_msgpack_shape_t sh;
-    check(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh, NULL, 0) == RILL_OK &&
+    check(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh) == RILL_OK &&
           sh.top == RILL_MSGPACK_SCALAR);
     check(sb.size >= n + 1 && sb.size <= 4 * n + 5);
     msgpack_sbuffer_destroy(&sb);
@@ -223,7 +239,8 @@ static bool str_eq(rill_proto_str_t a, rill_proto_str_t b) {
 static void check_same(const rill_proto_req_t *a, const rill_proto_req_t *b) {
     check(a->id == b->id && a->cmd == b->cmd && a->present == b->present);
     check(str_eq(a->session, b->session) && str_eq(a->text, b->text) &&
-          str_eq(a->question, b->question) && str_eq(a->system, b->system));
+          str_eq(a->question, b->question) && str_eq(a->system, b->system) &&
+          str_eq(a->model, b->model) && a->from_version == b->from_version);
     check(a->flush == b->flush && a->window == b->window && a->sinks == b->sinks &&
           a->max_tokens == b->max_tokens && a->qid == b->qid);
     check((a->ticks == NULL) == (b->ticks == NULL) && a->ticks_len == b->ticks_len);
@@ -238,9 +255,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             abort();
         }
     }
-    char msg[300];
+    char msg[RILL_ERR_DETAIL];
     rill_proto_req_t r;
-    rill_err_t err = rill_proto_decode(g_dec, data, size, &r, msg, sizeof msg);
+    rill_err_t err = rill_proto_decode(g_dec, data, size, &r);
+    snprintf(msg, sizeof msg, "%s", err == RILL_OK ? "" : rill_last_error(err));
     check(documented(err));
     check(strlen(msg) < sizeof msg && (err == RILL_OK) == (msg[0] == '\0'));
     if (err == RILL_OK) {
@@ -259,8 +277,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     rill_proto_dec_t *fresh = NULL;
     check(rill_proto_dec_new(limit, &fresh) == RILL_OK);
     rill_proto_req_t r2;
-    char msg2[300];
-    rill_err_t err2 = rill_proto_decode(fresh, data, size, &r2, msg2, sizeof msg2);
+    char msg2[RILL_ERR_DETAIL];
+    rill_err_t err2 = rill_proto_decode(fresh, data, size, &r2);
+    snprintf(msg2, sizeof msg2, "%s", err2 == RILL_OK ? "" : rill_last_error(err2));
     if (size > limit) {
         check(err2 == RILL_ERANGE);
     } else {
@@ -281,8 +300,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         rill_proto_dec_t *again = NULL;
         check(rill_proto_dec_new(MAX_FRAME + 64, &again) == RILL_OK);
         rill_proto_req_t r3;
-        char msg3[300];
-        rill_err_t err3 = rill_proto_decode(again, sb.data, sb.size, &r3, msg3, sizeof msg3);
+        rill_err_t err3 = rill_proto_decode(again, sb.data, sb.size, &r3);
         check(err3 == RILL_OK);
         check_same(&r, &r3);
         if (r.ticks != NULL) {

@@ -65,7 +65,7 @@ static void decode_paths(const uint8_t *data, size_t size) {
         abort();
     }
     for (int64_t i = 0; i < n; i++) {
-        if (rill_tick_check(&g_a[i], NULL, 0) != RILL_OK) {
+        if (rill_tick_check(&g_a[i]) != RILL_OK) {
             abort();
         }
     }
@@ -125,8 +125,7 @@ static void csv_path(const uint8_t *data, size_t size) {
         const char *nl = memchr(p, '\n', left);
         size_t len = nl != NULL ? (size_t)(nl - p) + 1 : left;
         rill_tick_t t;
-        if (rill_tick_csv_line(c, p, len, &t) == RILL_OK &&
-            rill_tick_check(&t, NULL, 0) != RILL_OK) {
+        if (rill_tick_csv_line(c, p, len, &t) == RILL_OK && rill_tick_check(&t) != RILL_OK) {
             abort();
         }
         p += len;

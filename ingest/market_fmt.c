@@ -71,10 +71,6 @@ void rill_market_fmt_destroy(rill_market_fmt_t **fp) {
     *fp = NULL;
 }
 
-const char *rill_market_fmt_last_error(const rill_market_fmt_t *f) {
-    return f != NULL ? f->msg : "";
-}
-
 static uint32_t hash(const char *s, size_t len) {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (size_t i = 0; i < len; i++) {
@@ -196,8 +192,8 @@ size_t rill__fmt_bar_line(const rill__sym_t *e, char *buf) {
     return (size_t)n;
 }
 
-rill_err_t rill_market_fmt_set_decimals(rill_market_fmt_t *f, const char *symbol,
-                                        int32_t decimals) {
+static rill_err_t market_fmt_set_decimals_impl(rill_market_fmt_t *f, const char *symbol,
+                                               int32_t decimals) {
     if (f == NULL) {
         return RILL_EINVAL;
     }
@@ -207,7 +203,10 @@ rill_err_t rill_market_fmt_set_decimals(rill_market_fmt_t *f, const char *symbol
         return RILL_EINVAL;
     }
     size_t len = strnlen(symbol, RILL_MARKET_SYMBOL_MAX + 1);
-    rill_err_t err = rill_tick_check_symbol(symbol, len, f->msg, sizeof f->msg);
+    rill_err_t err = rill_tick_check_symbol(symbol, len);
+    if (err != RILL_OK) {
+        snprintf(f->msg, sizeof f->msg, "%s", rill_last_error(err));
+    }
     if (err != RILL_OK) {
         return err;
     }
@@ -229,7 +228,14 @@ rill_err_t rill_market_fmt_set_decimals(rill_market_fmt_t *f, const char *symbol
     return RILL_OK;
 }
 
-int64_t rill_market_fmt_tick(rill_market_fmt_t *f, const rill_tick_t *t, char *buf, size_t cap) {
+rill_err_t rill_market_fmt_set_decimals(rill_market_fmt_t *f, const char *symbol,
+                                        int32_t decimals) {
+    rill_err_t e = market_fmt_set_decimals_impl(f, symbol, decimals);
+    return rill__error_str(e, f != NULL ? f->msg : "");
+}
+
+static int64_t market_fmt_tick_impl(rill_market_fmt_t *f, const rill_tick_t *t, char *buf,
+                                    size_t cap) {
     if (f == NULL) {
         return RILL_EINVAL;
     }
@@ -238,7 +244,10 @@ int64_t rill_market_fmt_tick(rill_market_fmt_t *f, const rill_tick_t *t, char *b
         snprintf(f->msg, sizeof f->msg, "NULL tick or buffer");
         return RILL_EINVAL;
     }
-    rill_err_t err = rill_tick_check(t, f->msg, sizeof f->msg);
+    rill_err_t err = rill_tick_check(t);
+    if (err != RILL_OK) {
+        snprintf(f->msg, sizeof f->msg, "%s", rill_last_error(err));
+    }
     if (err != RILL_OK) {
         return err;
     }
@@ -270,6 +279,14 @@ int64_t rill_market_fmt_tick(rill_market_fmt_t *f, const rill_tick_t *t, char *b
     f->syms[e] = tmp;
     memcpy(buf, line, n + 1);
     return (int64_t)n;
+}
+
+int64_t rill_market_fmt_tick(rill_market_fmt_t *f, const rill_tick_t *t, char *buf, size_t cap) {
+    int64_t n = market_fmt_tick_impl(f, t, buf, cap);
+    if (n < 0) {
+        rill__error_str((rill_err_t)n, f != NULL ? f->msg : "");
+    }
+    return n;
 }
 
 rill_err_t rill_market_fmt_symbol(const rill_market_fmt_t *f, const char *symbol,

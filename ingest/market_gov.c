@@ -100,10 +100,6 @@ rill_market_gov_stats_t rill_market_gov_stats(const rill_market_gov_t *g) {
     return g != NULL ? g->stats : z;
 }
 
-const char *rill_market_gov_last_error(const rill_market_gov_t *g) {
-    return g != NULL ? g->msg : "";
-}
-
 /* Writes the bars of the current interval to the output and closes them. */
 static void write_bars(rill_market_gov_t *g) {
     if (g->n_active == 0) {
@@ -143,7 +139,7 @@ static void begin(rill_market_gov_t *g, const char **text) {
     }
 }
 
-int64_t rill_market_gov_push(rill_market_gov_t *g, const rill_tick_t *t, const char **text) {
+static int64_t market_gov_push_impl(rill_market_gov_t *g, const rill_tick_t *t, const char **text) {
     if (g == NULL) {
         return RILL_EINVAL;
     }
@@ -153,7 +149,10 @@ int64_t rill_market_gov_push(rill_market_gov_t *g, const rill_tick_t *t, const c
         return RILL_EINVAL;
     }
     g->stats.ticks_in++;
-    rill_err_t err = rill_tick_check(t, g->msg, sizeof g->msg);
+    rill_err_t err = rill_tick_check(t);
+    if (err != RILL_OK) {
+        snprintf(g->msg, sizeof g->msg, "%s", rill_last_error(err));
+    }
     if (err != RILL_OK) {
         g->stats.rejected++;
         return err;
@@ -203,7 +202,15 @@ int64_t rill_market_gov_push(rill_market_gov_t *g, const rill_tick_t *t, const c
     return (int64_t)g->out_len;
 }
 
-int64_t rill_market_gov_advance(rill_market_gov_t *g, int64_t ts_ns, const char **text) {
+int64_t rill_market_gov_push(rill_market_gov_t *g, const rill_tick_t *t, const char **text) {
+    int64_t n = market_gov_push_impl(g, t, text);
+    if (n < 0) {
+        rill__error_str((rill_err_t)n, g != NULL ? g->msg : "");
+    }
+    return n;
+}
+
+static int64_t market_gov_advance_impl(rill_market_gov_t *g, int64_t ts_ns, const char **text) {
     if (g == NULL) {
         return RILL_EINVAL;
     }
@@ -219,7 +226,15 @@ int64_t rill_market_gov_advance(rill_market_gov_t *g, int64_t ts_ns, const char 
     return (int64_t)g->out_len;
 }
 
-int64_t rill_market_gov_flush(rill_market_gov_t *g, const char **text) {
+int64_t rill_market_gov_advance(rill_market_gov_t *g, int64_t ts_ns, const char **text) {
+    int64_t n = market_gov_advance_impl(g, ts_ns, text);
+    if (n < 0) {
+        rill__error_str((rill_err_t)n, g != NULL ? g->msg : "");
+    }
+    return n;
+}
+
+static int64_t market_gov_flush_impl(rill_market_gov_t *g, const char **text) {
     if (g == NULL) {
         return RILL_EINVAL;
     }
@@ -230,4 +245,12 @@ int64_t rill_market_gov_flush(rill_market_gov_t *g, const char **text) {
     }
     write_bars(g);
     return (int64_t)g->out_len;
+}
+
+int64_t rill_market_gov_flush(rill_market_gov_t *g, const char **text) {
+    int64_t n = market_gov_flush_impl(g, text);
+    if (n < 0) {
+        rill__error_str((rill_err_t)n, g != NULL ? g->msg : "");
+    }
+    return n;
 }

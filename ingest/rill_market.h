@@ -34,7 +34,7 @@
  *                 given twice, an unknown key when unknown keys are rejected; also bad
  *                 arguments (NULL pointers, parameters out of range).
  *
- * The message (each handle's *_last_error) names the record index (or CSV line) and the field:
+ * The detail (rill_last_error, core/rill_err.h) names the record index (or CSV line) and the field:
  * "record 3: field 'price': must be > 0 and finite (got -1)".
  *
  * Memory: every handle allocates what it needs at creation (charged to RILL_MEM_INGEST); decoding,
@@ -114,19 +114,20 @@ void rill_tick_decoder_destroy(rill_tick_decoder_t **dp);
 /* Decodes the buffer data[0..len) into out[0..cap), in record order. Returns the number of ticks
  * written (>= 0), or a negative error (out[0..cap) may then hold partial ticks: ignore them;
  * the counters are the only other thing that changes). Lenient mode: records that fail
- * validation are skipped and counted, the call returns the others and last_error describes the
- * first one skipped ("" when none was). Strict mode: the first bad record fails the call.
- * Errors: RILL_EFORMAT, RILL_ERANGE, RILL_EINVAL as at the top of this file (the buffer, or in
- * strict mode a record); RILL_EFULL when the batch has more records than cap (nothing decoded:
- * retry with more room); RILL_EINVAL for NULL arguments (data may be NULL when len is 0, which
- * is RILL_EFORMAT: no value); RILL_ENOMEM when msgpack-c's zone cannot grow.
- * Does not block. The decoder keeps no reference to data or out. */
+ * validation are skipped and counted, the call returns the others and
+ * rill_tick_decoder_last_reject describes the first one skipped. Strict mode: the first bad record
+ * fails the call. Errors: RILL_EFORMAT, RILL_ERANGE, RILL_EINVAL as at the top of this file (the
+ * buffer, or in strict mode a record); RILL_EFULL when the batch has more records than cap (nothing
+ * decoded: retry with more room); RILL_EINVAL for NULL arguments (data may be NULL when len is 0,
+ * which is RILL_EFORMAT: no value); RILL_ENOMEM when msgpack-c's zone cannot grow. Does not block.
+ * The decoder keeps no reference to data or out. */
 int64_t rill_tick_decode(rill_tick_decoder_t *d, const void *data, size_t len, rill_tick_t *out,
                          int64_t cap);
 
-/* The message of the last call's error or first skipped record ("" after a clean call).
- * Borrowed; valid until the next call on d. Never NULL (d NULL: ""). */
-const char *rill_tick_decoder_last_error(const rill_tick_decoder_t *d);
+/* Why the first record the last successful call skipped was rejected (lenient mode), in the
+ * form of the messages above; "" when it skipped none, and after a call that failed (its
+ * detail is rill_last_error's). Borrowed; valid until the next call on d. Never NULL. */
+const char *rill_tick_decoder_last_reject(const rill_tick_decoder_t *d);
 
 /* Counters since creation (zeros for NULL). */
 rill_tick_decoder_stats_t rill_tick_decoder_stats(const rill_tick_decoder_t *d);
@@ -174,10 +175,6 @@ void rill_tick_csv_destroy(rill_tick_csv_t **cp);
  * NUL), RILL_ERANGE, RILL_EINVAL as for msgpack. A bad header leaves the reader waiting for a
  * header. Allocates nothing. */
 rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, rill_tick_t *out);
-
-/* Message of the last error ("" after a line without error). Borrowed; valid until the next
- * call on c. Never NULL. */
-const char *rill_tick_csv_last_error(const rill_tick_csv_t *c);
 
 /* Counters since creation (zeros for NULL). */
 rill_tick_csv_stats_t rill_tick_csv_stats(const rill_tick_csv_t *c);
@@ -254,10 +251,6 @@ rill_err_t rill_market_fmt_symbol(const rill_market_fmt_t *f, const char *symbol
 int64_t rill_market_fmt_n_symbols(const rill_market_fmt_t *f);
 rill_err_t rill_market_fmt_symbol_at(const rill_market_fmt_t *f, int64_t i,
                                      rill_market_symbol_t *out);
-
-/* Message of the last error on f ("" after a clean call). Borrowed until the next call; never
- * NULL. */
-const char *rill_market_fmt_last_error(const rill_market_fmt_t *f);
 
 /* ---- the rate governor -----------------------------------------------------------------------
  *
@@ -336,9 +329,6 @@ int64_t rill_market_gov_flush(rill_market_gov_t *g, const char **text);
 
 /* Counters since creation (zeros for NULL). */
 rill_market_gov_stats_t rill_market_gov_stats(const rill_market_gov_t *g);
-
-/* Message of the last error on g ("" after a clean call). Borrowed; never NULL. */
-const char *rill_market_gov_last_error(const rill_market_gov_t *g);
 
 /* ---- synthetic market ------------------------------------------------------------------------
  *

@@ -52,10 +52,6 @@ void rill_tick_csv_destroy(rill_tick_csv_t **cp) {
     }
 }
 
-const char *rill_tick_csv_last_error(const rill_tick_csv_t *c) {
-    return c != NULL ? c->msg : "";
-}
-
 rill_tick_csv_stats_t rill_tick_csv_stats(const rill_tick_csv_t *c) {
     rill_tick_csv_stats_t z = { 0 };
     return c != NULL ? c->stats : z;
@@ -234,7 +230,8 @@ static rill_err_t read_header(rill_tick_csv_t *c, const cell_t *cells, int n) {
     return RILL_EAGAIN;
 }
 
-rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, rill_tick_t *out) {
+static rill_err_t tick_csv_line_impl(rill_tick_csv_t *c, const char *line, size_t len,
+                                     rill_tick_t *out) {
     if (c == NULL) {
         return RILL_EINVAL;
     }
@@ -275,13 +272,12 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
 
     rill_tick_t t;
     memset(&t, 0, sizeof t);
-    char why[192];
     const char *syn = NULL;
     rill_err_t err;
     cell_t s = cells[c->col[C_SYMBOL]];
-    err = rill_tick_check_symbol(s.p, s.n, why, sizeof why);
+    err = rill_tick_check_symbol(s.p, s.n);
     if (err != RILL_OK) {
-        return fail(c, err, "%s", why);
+        return fail(c, err, "%s", rill_last_error(err));
     }
     memcpy(t.symbol, s.p, s.n);
     t.symbol[s.n] = '\0';
@@ -291,18 +287,18 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
         return fail(c, err, "field 'ts': %s",
                     err == RILL_EFORMAT ? "must be a decimal integer" : "does not fit 64 bits");
     }
-    err = rill_tick_check_ts(t.ts_ns, why, sizeof why);
+    err = rill_tick_check_ts(t.ts_ns);
     if (err != RILL_OK) {
-        return fail(c, err, "%s", why);
+        return fail(c, err, "%s", rill_last_error(err));
     }
 
     err = parse_price(cells[c->col[C_PRICE]], &t.price, &syn);
     if (err != RILL_OK) {
         return fail(c, err, "field 'price': %s", syn);
     }
-    err = rill_tick_check_price(t.price, why, sizeof why);
+    err = rill_tick_check_price(t.price);
     if (err != RILL_OK) {
-        return fail(c, err, "%s", why);
+        return fail(c, err, "%s", rill_last_error(err));
     }
 
     err = parse_int(cells[c->col[C_SIZE]], &t.size);
@@ -310,20 +306,25 @@ rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, 
         return fail(c, err, "field 'size': %s",
                     err == RILL_EFORMAT ? "must be a decimal integer" : "does not fit 64 bits");
     }
-    err = rill_tick_check_size(t.size, why, sizeof why);
+    err = rill_tick_check_size(t.size);
     if (err != RILL_OK) {
-        return fail(c, err, "%s", why);
+        return fail(c, err, "%s", rill_last_error(err));
     }
 
     t.side = RILL_SIDE_UNKNOWN;
     if (c->col[C_SIDE] >= 0) {
         cell_t sd = cells[c->col[C_SIDE]];
-        err = rill_tick_parse_side(sd.p, sd.n, &t.side, why, sizeof why);
+        err = rill_tick_parse_side(sd.p, sd.n, &t.side);
         if (err != RILL_OK) {
-            return fail(c, err, "%s", why);
+            return fail(c, err, "%s", rill_last_error(err));
         }
     }
     *out = t;
     c->stats.ticks++;
     return RILL_OK;
+}
+
+rill_err_t rill_tick_csv_line(rill_tick_csv_t *c, const char *line, size_t len, rill_tick_t *out) {
+    rill_err_t e = tick_csv_line_impl(c, line, len, out);
+    return rill__error_str(e, c != NULL ? c->msg : "");
 }

@@ -83,7 +83,7 @@ void rill_tick_decoder_destroy(rill_tick_decoder_t **dp) {
     *dp = NULL;
 }
 
-const char *rill_tick_decoder_last_error(const rill_tick_decoder_t *d) {
+const char *rill_tick_decoder_last_reject(const rill_tick_decoder_t *d) {
     return d != NULL ? d->msg : "";
 }
 
@@ -129,10 +129,10 @@ static void set_msg(rill_tick_decoder_t *d, int64_t record, size_t at, const cha
 static rill_err_t check_structure(rill_tick_decoder_t *d, const uint8_t *p, size_t len,
                                   int64_t *n_records, bool *batch) {
     rill_msgpack_shape_t sh;
-    char why[160];
-    rill_err_t err = rill_msgpack_check(p, len, d->params.max_depth, &sh, why, sizeof why);
+    rill_err_t err = rill_msgpack_check(p, len, d->params.max_depth, &sh);
     if (err != RILL_OK) {
-        set_msg(d, sh.top == RILL_MSGPACK_ARRAY ? sh.element : -1, sh.at, "%s", why);
+        set_msg(d, sh.top == RILL_MSGPACK_ARRAY ? sh.element : -1, sh.at, "%s",
+                rill_last_error(err));
         return err;
     }
     if (sh.top == RILL_MSGPACK_SCALAR) {
@@ -220,7 +220,6 @@ static rill_err_t int_field(rill_tick_decoder_t *d, int64_t rec, int f, const ms
 
 static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpack_object *o,
                                 rill_tick_t *t) {
-    char why[192];
     rill_err_t err;
     bool seen[F_COUNT] = { false };
 
@@ -257,9 +256,9 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             if (v->type != MSGPACK_OBJECT_STR) {
                 return wrong_type(d, rec, f, "a str", v->type);
             }
-            err = rill_tick_check_symbol(v->via.str.ptr, v->via.str.size, why, sizeof why);
+            err = rill_tick_check_symbol(v->via.str.ptr, v->via.str.size);
             if (err != RILL_OK) {
-                return failed(d, rec, err, why);
+                return failed(d, rec, err, rill_last_error(err));
             }
             memcpy(t->symbol, v->via.str.ptr, v->via.str.size);
             t->symbol[v->via.str.size] = '\0';
@@ -267,9 +266,9 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
         case F_TS:
             err = int_field(d, rec, f, v, &t->ts_ns);
             if (err == RILL_OK) {
-                err = rill_tick_check_ts(t->ts_ns, why, sizeof why);
+                err = rill_tick_check_ts(t->ts_ns);
                 if (err != RILL_OK) {
-                    return failed(d, rec, err, why);
+                    return failed(d, rec, err, rill_last_error(err));
                 }
             }
             if (err != RILL_OK) {
@@ -286,17 +285,17 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             } else {
                 return wrong_type(d, rec, f, "a float or an integer", v->type);
             }
-            err = rill_tick_check_price(t->price, why, sizeof why);
+            err = rill_tick_check_price(t->price);
             if (err != RILL_OK) {
-                return failed(d, rec, err, why);
+                return failed(d, rec, err, rill_last_error(err));
             }
             break;
         case F_SIZE:
             err = int_field(d, rec, f, v, &t->size);
             if (err == RILL_OK) {
-                err = rill_tick_check_size(t->size, why, sizeof why);
+                err = rill_tick_check_size(t->size);
                 if (err != RILL_OK) {
-                    return failed(d, rec, err, why);
+                    return failed(d, rec, err, rill_last_error(err));
                 }
             }
             if (err != RILL_OK) {
@@ -307,10 +306,9 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
             if (v->type == MSGPACK_OBJECT_NIL) {
                 t->side = RILL_SIDE_UNKNOWN;
             } else if (v->type == MSGPACK_OBJECT_STR) {
-                err = rill_tick_parse_side(v->via.str.ptr, v->via.str.size, &t->side, why,
-                                           sizeof why);
+                err = rill_tick_parse_side(v->via.str.ptr, v->via.str.size, &t->side);
                 if (err != RILL_OK) {
-                    return failed(d, rec, err, why);
+                    return failed(d, rec, err, rill_last_error(err));
                 }
             } else {
                 return wrong_type(d, rec, f, "a str or nil", v->type);
@@ -327,8 +325,8 @@ static rill_err_t decode_record(rill_tick_decoder_t *d, int64_t rec, const msgpa
     return RILL_OK;
 }
 
-int64_t rill_tick_decode(rill_tick_decoder_t *d, const void *data, size_t len, rill_tick_t *out,
-                         int64_t cap) {
+static int64_t tick_decode_impl(rill_tick_decoder_t *d, const void *data, size_t len,
+                                rill_tick_t *out, int64_t cap) {
     if (d == NULL) {
         return RILL_EINVAL;
     }
@@ -413,4 +411,14 @@ int64_t rill_tick_decode(rill_tick_decoder_t *d, const void *data, size_t len, r
     d->stats.ticks += n_out;
     msgpack_zone_clear(&d->zone); /* give back chunks beyond the first now, not next call */
     return n_out;
+}
+
+int64_t rill_tick_decode(rill_tick_decoder_t *d, const void *data, size_t len, rill_tick_t *out,
+                         int64_t cap) {
+    int64_t n = tick_decode_impl(d, data, len, out, cap);
+    if (n < 0 && d != NULL) {
+        rill__error_str((rill_err_t)n, d->msg);
+        d->msg[0] = '\0'; /* the error is rill_last_error's; last_reject is for skipped records */
+    }
+    return n;
 }

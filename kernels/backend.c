@@ -5,8 +5,8 @@
  * computes (and a future CUDA backend cannot forget a check). Checks that depend on a KV pool's
  * layout (slots and page indices of the installed batch) run on every kv_store/attention call:
  * they are O(tokens + pages), negligible next to the op, and they keep a bad page table from ever
- * reaching a kernel running on worker threads. Errors carry a sentence on the handle
- * (rill_backend_last_error), formatted into a fixed buffer: no allocation on the op path.
+ * reaching a kernel running on worker threads. Errors record a sentence (rill_last_error),
+ * formatted into a fixed per-thread buffer: no allocation on the op path.
  *
  * This file knows no backend: it reaches one only through its ops table (backend_internal.h).
  * Creation is the registry's (registry.c), the arithmetic the reference states is ggml_ref.c's,
@@ -24,14 +24,15 @@
 static rill_err_t fail(rill_backend_t *b, rill_err_t err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Records the detail (rill_last_error) and returns err. */
 static rill_err_t fail(rill_backend_t *b, rill_err_t err, const char *fmt, ...) {
-    if (b != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(b->err, sizeof b->err, fmt, ap);
-        va_end(ap);
-    }
-    return err;
+    (void)b;
+    char msg[RILL_ERR_DETAIL];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return rill__error_str(err, msg);
 }
 
 /* ---- lifetime ------------------------------------------------------------------------------- */
@@ -98,10 +99,6 @@ const char *rill_attn_name(rill_attn_t attn) {
         return "flash";
     }
     return "?";
-}
-
-const char *rill_backend_last_error(const rill_backend_t *b) {
-    return b != NULL ? b->err : "no backend";
 }
 
 /* ---- memory --------------------------------------------------------------------------------- */

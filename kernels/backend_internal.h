@@ -114,7 +114,6 @@ struct rill_backend {
     int32_t n_tok, n_seq;
     rill_batch_token_t *tok; /* [max_batch], copy of the installed batch */
     rill_page_table_t *seq;  /* [max_batch] */
-    char err[256];
 };
 
 /* ---- the registry ------------------------------------------------------------------------- */

@@ -411,13 +411,12 @@ static int32_t cpu_available(void) {
 static rill_err_t cpu_create(const rill_backend_params_t *p, rill_backend_t **out) {
     const char *why = rill__cpu_params_invalid(p);
     if (why != NULL) {
-        RILL_LOGE("backend cpu: %s", why);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "backend cpu: %s", why);
     }
     const rill__cpu_kernels_t *k = pick_kernels(requested(p->cpu.simd));
     if (k == NULL) {
-        RILL_LOGE("backend cpu: %s", rill_backend_simd_unsupported(p->cpu.simd));
-        return RILL_EUNSUPPORTED;
+        return rill__error(RILL_EUNSUPPORTED, "backend cpu: %s",
+                           rill_backend_simd_unsupported(p->cpu.simd));
     }
     cpu_backend_t *c = rill_calloc(RILL_MEM_KERNELS, 1, sizeof *c);
     if (c == NULL) {

@@ -221,8 +221,7 @@ static int32_t ref_available(void) {
 static rill_err_t ref_create(const rill_backend_params_t *params, rill_backend_t **out) {
     const char *why = rill__cpu_params_invalid(params);
     if (why != NULL) {
-        RILL_LOGE("backend ref: %s", why);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "backend ref: %s", why);
     }
     rill_backend_params_t p = *params;
     p.cpu.n_threads = 1;

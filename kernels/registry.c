@@ -10,9 +10,8 @@
  * RILL_EUNSUPPORTED, not a placeholder that pretends. Row 0 is the reference backend: the
  * oracle the other rows are tested against.
  *
- * Creation errors have no handle to carry their sentence (there is no backend yet), so the
- * sentence goes to the log (RILL_LOGE) and the caller gets the code; the CPU row says the same
- * way why a SIMD level is missing.
+ * Creation errors record their sentence like every other error (rill_last_error: there is no
+ * backend yet to carry it); the CPU row says the same way why a SIMD level is missing.
  */
 #include <string.h>
 
@@ -90,36 +89,35 @@ rill_err_t rill_backend_new(const rill_backend_params_t *params, rill_backend_t 
     *out = NULL;
     const rill_backend_params_t p = params != NULL ? *params : rill_backend_default_params();
     if (p.kind != RILL_BACKEND_REF && p.kind != RILL_BACKEND_CPU && p.kind != RILL_BACKEND_CUDA) {
-        RILL_LOGE("backend: kind %d is not a rill_backend_kind_t", (int)p.kind);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "backend: kind %d is not a rill_backend_kind_t",
+                           (int)p.kind);
     }
     if (p.max_batch < 1 || p.max_n_in < 1 ||
         (double)p.max_batch * (double)p.max_n_in * 4.0 > 0x1p40) {
-        RILL_LOGE("backend: max_batch %d / max_n_in %lld out of range (>= 1, product * 4 <= 2^40)",
-                  p.max_batch, (long long)p.max_n_in);
-        return RILL_EINVAL;
+        return rill__error(
+            RILL_EINVAL,
+            "backend: max_batch %d / max_n_in %lld out of range (>= 1, product * 4 <= 2^40)",
+            p.max_batch, (long long)p.max_n_in);
     }
     if (p.attn != RILL_ATTN_EXACT && p.attn != RILL_ATTN_FLASH) {
-        RILL_LOGE("backend: attn %d is not a rill_attn_t", (int)p.attn);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "backend: attn %d is not a rill_attn_t", (int)p.attn);
     }
     if (p.device < 0) {
-        RILL_LOGE("backend: device index %d is negative", p.device);
-        return RILL_EINVAL;
+        return rill__error(RILL_EINVAL, "backend: device index %d is negative", p.device);
     }
     const rill__backend_entry_t *e = NULL;
     for (int i = 0; i < N_ROWS && e == NULL; i++) {
         e = rows[i]->kind == p.kind ? rows[i] : NULL;
     }
     if (e == NULL) {
-        RILL_LOGE("backend: no '%s' backend in this build", kind_name(p.kind));
-        return RILL_EUNSUPPORTED;
+        return rill__error(RILL_EUNSUPPORTED, "backend: no '%s' backend in this build",
+                           kind_name(p.kind));
     }
     const int32_t n_devices = e->available();
     if (p.device >= n_devices) {
-        RILL_LOGE("backend %s: device %d does not exist (%d device%s here)", e->name, p.device,
-                  n_devices, n_devices == 1 ? "" : "s");
-        return RILL_ENOTFOUND;
+        return rill__error(RILL_ENOTFOUND,
+                           "backend %s: device %d does not exist (%d device%s here)", e->name,
+                           p.device, n_devices, n_devices == 1 ? "" : "s");
     }
     rill_err_t err = e->create(&p, out);
     if (err == RILL_OK) {

@@ -301,10 +301,6 @@ rill_attn_t rill_backend_attn(const rill_backend_t *b);
 /* "exact" or "flash" (static string; "?" for a value outside the enum). */
 const char *rill_attn_name(rill_attn_t attn);
 
-/* Detail of the last error returned by an op on b ("" after success is not guaranteed: read it
- * only right after an error). Borrowed; valid until the next call on b. */
-const char *rill_backend_last_error(const rill_backend_t *b);
-
 /* ---- the registry ------------------------------------------------------------------------- */
 
 /* One registry row, as rill_backend_registry_info() reports it. */

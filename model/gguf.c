@@ -705,8 +705,8 @@ static rill_err_t parse(const uint8_t *buf, uint64_t size, rill_gguf_t *g, char 
     return check_overlaps(&p, g);
 }
 
-rill_err_t rill_gguf_open_memory(const void *buf, size_t len, rill_gguf_t **out, char *err,
-                                 size_t errlen) {
+static rill_err_t open_memory(const void *buf, size_t len, rill_gguf_t **out, char *err,
+                              size_t errlen) {
     if (out == NULL || (buf == NULL && len > 0)) {
         if (err != NULL && errlen > 0) {
             snprintf(err, errlen, "invalid argument");
@@ -736,7 +736,12 @@ rill_err_t rill_gguf_open_memory(const void *buf, size_t len, rill_gguf_t **out,
     return RILL_OK;
 }
 
-rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out, char *err, size_t errlen) {
+rill_err_t rill_gguf_open_memory(const void *buf, size_t len, rill_gguf_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(open_memory(buf, len, out, msg, sizeof msg), msg);
+}
+
+static rill_err_t open_file(const char *path, rill_gguf_t **out, char *err, size_t errlen) {
     if (out == NULL || path == NULL) {
         if (err != NULL && errlen > 0) {
             snprintf(err, errlen, "invalid argument");
@@ -776,7 +781,7 @@ rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out, char *err, size_t
         return RILL_EIO;
     }
     rill_gguf_t *g = NULL;
-    rill_err_t e = rill_gguf_open_memory(map, (size_t)st.st_size, &g, err, errlen);
+    rill_err_t e = open_memory(map, (size_t)st.st_size, &g, err, errlen);
     if (e != RILL_OK) {
         munmap(map, (size_t)st.st_size);
         return e;
@@ -784,6 +789,11 @@ rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out, char *err, size_t
     g->map = map;
     *out = g;
     return RILL_OK;
+}
+
+rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(open_file(path, out, msg, sizeof msg), msg);
 }
 
 void rill_gguf_destroy(rill_gguf_t **gp) {

@@ -387,8 +387,8 @@ static void model_free(rill_model_t *m) {
     rill_free(m);
 }
 
-rill_err_t rill_model_load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out,
-                                char *errbuf, size_t errlen) {
+static rill_err_t load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out,
+                            char *errbuf, size_t errlen) {
     loader_t ld = { .err = errbuf, .errlen = errlen };
     if (out != NULL) {
         *out = NULL;
@@ -462,8 +462,13 @@ cleanup:
     return err;
 }
 
-rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out,
-                           char *errbuf, size_t errlen) {
+rill_err_t rill_model_load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(load_gguf(gp, params, out, msg, sizeof msg), msg);
+}
+
+static rill_err_t load_file(const char *path, rill_model_params_t params, rill_model_t **out,
+                            char *errbuf, size_t errlen) {
     if (out != NULL) {
         *out = NULL;
     }
@@ -474,14 +479,20 @@ rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_mo
         return RILL_EINVAL;
     }
     rill_gguf_t *g = NULL;
-    rill_err_t err = rill_gguf_open(path, &g, errbuf, errlen);
+    rill_err_t err = rill_gguf_open(path, &g);
     if (err != RILL_OK) {
-        RILL_LOGE("model load: %s", errbuf != NULL && errlen > 0 ? errbuf : rill_strerror(err));
+        snprintf(errbuf, errlen, "%s", rill_last_error(err));
+        RILL_LOGE("model load: %s", errbuf);
         return err;
     }
-    err = rill_model_load_gguf(&g, params, out, errbuf, errlen);
+    err = load_gguf(&g, params, out, errbuf, errlen);
     rill_gguf_destroy(&g); /* NULL after a successful load: the model owns it */
     return err;
+}
+
+rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(load_file(path, params, out, msg, sizeof msg), msg);
 }
 
 rill_model_t *rill_model_retain(rill_model_t *m) {

@@ -92,15 +92,13 @@ typedef struct rill_gguf_tensor {
 
 /* Opens and validates a file (mapped read-only, MAP_PRIVATE; the descriptor is closed before
  * returning). Blocks on file I/O only for the header and metadata pages it touches. On success
- * the caller owns *out; destroy with rill_gguf_destroy(). On failure *out is NULL and, when
- * err != NULL and errlen > 0, a NUL-terminated message (at most errlen bytes) says what is
- * wrong and where. */
-rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out, char *err, size_t errlen);
+ * the caller owns *out; destroy with rill_gguf_destroy(). On failure *out is NULL and
+ * rill_last_error(err) says what is wrong and where. */
+rill_err_t rill_gguf_open(const char *path, rill_gguf_t **out);
 
 /* Same over a caller's buffer, which must outlive the reader (nothing is copied). buf may be
  * NULL only when len is 0 (which gives RILL_EFORMAT). */
-rill_err_t rill_gguf_open_memory(const void *buf, size_t len, rill_gguf_t **out, char *err,
-                                 size_t errlen);
+rill_err_t rill_gguf_open_memory(const void *buf, size_t len, rill_gguf_t **out);
 
 /* Unmaps and frees; sets *gp = NULL. NULL-safe (gp or *gp). */
 void rill_gguf_destroy(rill_gguf_t **gp);

@@ -80,9 +80,9 @@ typedef struct rill_hparams {
 } rill_hparams_t;
 
 /* One weight tensor as stored in the file: a view into the mapping, from which a backend makes
- * its prepared weight (rill_weight_t of kernels/rill_backend.h). Row-major rows of ne0 elements. A matrix
- * that maps an input of size ne0 to an output of size ne1 is applied as y[r] = dot(row r, x) for
- * r in [0, ne1). A vector (norm, bias) has ne1 == 1. An absent optional tensor has data == NULL
+ * its prepared weight (rill_weight_t of kernels/rill_backend.h). Row-major rows of ne0 elements. A
+ * matrix that maps an input of size ne0 to an output of size ne1 is applied as y[r] = dot(row r, x)
+ * for r in [0, ne1). A vector (norm, bias) has ne1 == 1. An absent optional tensor has data == NULL
  * and all fields zero. */
 typedef struct rill_model_tensor {
     rill_dtype_t dtype; /* storage type; rows are a whole number of blocks of it */
@@ -130,20 +130,18 @@ rill_model_params_t rill_model_default_params(void);
 
 /* Opens, validates and binds a GGUF model file. Blocks while the file's metadata is read (the
  * weights are mapped, not read). On success the caller owns *out (one reference); release with
- * rill_model_destroy(). On failure *out is NULL, nothing is leaked, and when err != NULL a
- * NUL-terminated message of at most errlen bytes says what is wrong (also logged at ERROR).
+ * rill_model_destroy(). On failure *out is NULL, nothing is leaked, and rill_last_error(err)
+ * says what is wrong (also logged at ERROR).
  * Errors: those of rill_gguf_open(); RILL_EFORMAT (a required key or tensor is missing, a value
  * is out of range, a tensor has the wrong shape, inconsistent hparams); RILL_EUNSUPPORTED (an
  * architecture other than llama/qwen2, a weight type rill cannot compute with, an unused tensor,
  * per-layer hparams arrays, RoPE scaling, n_rot != head_dim); RILL_EINVAL; RILL_ENOMEM. */
-rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out,
-                           char *err, size_t errlen);
+rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out);
 
 /* Same from an already opened GGUF (tests, fuzzing, in-memory files). On success the model takes
  * ownership of the reader and sets *gp = NULL; on failure *gp is untouched and still owned by
  * the caller. */
-rill_err_t rill_model_load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out,
-                                char *err, size_t errlen);
+rill_err_t rill_model_load_gguf(rill_gguf_t **gp, rill_model_params_t params, rill_model_t **out);
 
 /* Adds a reference (for another thread or owner) and returns m. NULL-safe. */
 rill_model_t *rill_model_retain(rill_model_t *m);

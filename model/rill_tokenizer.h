@@ -118,15 +118,14 @@ typedef struct rill_tokenizer_special {
 /* ---- lifetime ---- */
 
 /* Builds a tokenizer from g's metadata. On success the caller owns *out; destroy it with
- * rill_tokenizer_destroy(). g is only read during the call. On failure *out is NULL and, when err
- * != NULL, a NUL-terminated message of at most errlen bytes names the offending key.
+ * rill_tokenizer_destroy(). g is only read during the call. On failure *out is NULL and
+ * rill_last_error(err) names the offending key.
  * Errors: RILL_EINVAL (NULL g or out), RILL_EFORMAT (a tokenizer key is missing or has the wrong
  * type; tokens array empty or shorter than its scores/types need; duplicate token text; a merge
  * whose parts or result are not tokens; add_bos/add_eos set without a bos/eos id),
  * RILL_EUNSUPPORTED (tokenizer model or pre-tokenizer not supported), RILL_ENOMEM.
  * Blocks while building (about 0.1 s for a 150k-token vocabulary). */
-rill_err_t rill_tokenizer_new(const rill_gguf_t *g, rill_tokenizer_t **out, char *err,
-                              size_t errlen);
+rill_err_t rill_tokenizer_new(const rill_gguf_t *g, rill_tokenizer_t **out);
 
 /* Frees the tokenizer and sets *tp = NULL. NULL-safe. */
 void rill_tokenizer_destroy(rill_tokenizer_t **tp);

@@ -850,8 +850,8 @@ void rill_tokenizer_destroy(rill_tokenizer_t **tp) {
     *tp = NULL;
 }
 
-rill_err_t rill_tokenizer_new(const rill_gguf_t *g, rill_tokenizer_t **out, char *msg,
-                              size_t msglen) {
+static rill_err_t tokenizer_new_buf(const rill_gguf_t *g, rill_tokenizer_t **out, char *msg,
+                                    size_t msglen) {
     rill_err_t err = RILL_OK;
     rill_tokenizer_t *tok = NULL;
     if (msg != NULL && msglen > 0) {
@@ -973,6 +973,11 @@ cleanup:
     }
     rill_tokenizer_destroy(&tok);
     return err;
+}
+
+rill_err_t rill_tokenizer_new(const rill_gguf_t *g, rill_tokenizer_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(tokenizer_new_buf(g, out, msg, sizeof msg), msg);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -129,7 +129,7 @@ static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t 
     }
     rill_err_t err = rill_session_open_log(s, sp->log_path, sp->fsync);
     if (err != RILL_OK) {
-        rill__sched_msg(c, "log %s: %s", sp->log_path, rill_session_last_error(s));
+        rill__sched_msg(c, "log %s: %s", sp->log_path, rill_last_error(err));
         return err;
     }
     if (rill_session_seq(s) > 0) { /* started from a shared prompt: the log cannot rebuild it */
@@ -140,7 +140,7 @@ static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t 
         }
         err = rill_session_snapshot(s, path);
         if (err != RILL_OK) {
-            rill__sched_msg(c, "base snapshot %s: %s", path, rill_session_last_error(s));
+            rill__sched_msg(c, "base snapshot %s: %s", path, rill_last_error(err));
         }
     }
     return err;
@@ -151,7 +151,7 @@ static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
     rill_session_t *s = NULL;
     rill_err_t err = rill_session_fork(t->s, &s);
     if (err != RILL_OK) {
-        rill__sched_msg(c, "fork of the shared prompt: %s", rill_session_last_error(t->s));
+        rill__sched_msg(c, "fork of the shared prompt: %s", rill_last_error(err));
     }
     if (err == RILL_OK) {
         err = open_log(s, c->u.create.sp, c);
@@ -196,11 +196,14 @@ static tmpl_t *find_template(rill_sched_t *sch, model_t *m, const rill_session_p
     rill_err_t err = t != NULL && prompt != NULL ? RILL_OK : RILL_ENOMEM;
     if (err == RILL_OK) {
         err = rill_session_new(m->pool, &np, &s);
+        if (err != RILL_OK) {
+            rill__sched_msg(c, "system prompt's session: %s", rill_last_error(err));
+        }
     }
     if (err == RILL_OK) {
         err = rill_session_feed(s, pp->prompt, pp->n_prompt);
         if (err != RILL_OK) {
-            rill__sched_msg(c, "system prompt: %s", rill_session_last_error(s));
+            rill__sched_msg(c, "system prompt: %s", rill_last_error(err));
         }
     }
     if (err != RILL_OK) {
@@ -248,7 +251,7 @@ bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
         rill_session_t *s = NULL;
         c->err = rill_session_new(m->pool, pp, &s);
         if (c->err != RILL_OK) {
-            rill__sched_msg(c, "%s", rill_strerror(c->err));
+            rill__sched_msg(c, "%s", rill_last_error(c->err));
             return true;
         }
         c->err = open_log(s, sp, c);
@@ -317,8 +320,9 @@ void rill__sched_restore(rill_sched_t *sch, cmd_t *c) {
     model_t *m = &sch->models[c->u.restore.model];
     rill_session_t *s = NULL;
     c->err = rill_session_restore(m->pool, c->u.restore.snapshot, c->u.restore.log,
-                                  c->u.restore.fsync, &s, c->msg, c->msglen);
+                                  c->u.restore.fsync, &s);
     if (c->err != RILL_OK) {
+        rill__sched_msg(c, "%s", rill_last_error(c->err));
         return;
     }
     rill_session_stats_t st;

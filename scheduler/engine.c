@@ -93,7 +93,7 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
         }
     }
     if (c->err != RILL_OK && c->err != RILL_EFULL) {
-        rill__sched_msg(c, "%s", rill_session_last_error(x->s));
+        rill__sched_msg(c, "%s", rill_last_error(c->err));
     }
     if (rill_session_seq(x->s) != v) {
         rill__sched_data_changed(sch, x);
@@ -104,7 +104,7 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
         c->u.ingest.on_ack(c->u.ingest.user, c->err,
                            c->err == RILL_OK      ? ""
                            : c->err == RILL_EFULL ? "too many tokens already queued on the session"
-                                                  : rill_session_last_error(x->s));
+                                                  : rill_last_error(c->err));
     }
 }
 
@@ -119,7 +119,7 @@ static void replace(rill_sched_t *sch, cmd_t *c, sess_t *x) {
     } else {
         c->err = rill_session_feed_replace_text(x->s, c->u.replace.from, c->u.replace.text,
                                                 c->u.replace.len);
-        why = c->err == RILL_OK ? "" : rill_session_last_error(x->s);
+        why = c->err == RILL_OK ? "" : rill_last_error(c->err);
     }
     rill__sched_msg(c, "%s", why);
     if (rill_session_seq(x->s) != v) {
@@ -191,7 +191,7 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
                 c->err = rill_session_snapshot(x->s, c->u.snapshot.path);
             }
             if (c->err != RILL_OK) {
-                rill__sched_msg(c, "%s", rill_session_last_error(x->s));
+                rill__sched_msg(c, "%s", rill_last_error(c->err));
             }
         }
         break;

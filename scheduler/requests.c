@@ -162,8 +162,7 @@ void rill__sched_start_fork(rill_sched_t *sch, req_t *r) {
     r->sess->n_waiting--;
     if (err != RILL_OK) {
         char msg[300];
-        snprintf(msg, sizeof msg, "fork: %s",
-                 r->fork != NULL ? rill_session_last_error(r->fork) : rill_session_last_error(s));
+        snprintf(msg, sizeof msg, "fork: %s", rill_last_error(err));
         if (r->kind == REQ_STANDING) {
             r->phase = PH_IDLE;
             r->stale = true;
@@ -388,7 +387,7 @@ void rill__sched_commit(rill_sched_t *sch, cmd_t *c) {
         err = rill_session_feed(r->fork, r->question + keep, r->n_question - keep);
     }
     if (err != RILL_OK) {
-        rill__sched_finish(sch, r, err, rill_session_last_error(r->fork), false);
+        rill__sched_finish(sch, r, err, rill_last_error(err), false);
         return;
     }
     r->phase = PH_PREFILL;
@@ -450,7 +449,7 @@ void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t) {
         return;
     }
     if (rill_session_feed(r->fork, &tok, 1) != RILL_OK) {
-        rill__sched_finish(sch, r, RILL_ENOMEM, rill_session_last_error(r->fork), false);
+        rill__sched_finish(sch, r, RILL_ENOMEM, rill_last_error(RILL_ENOMEM), false);
         return;
     }
     r->phase = done ? PH_LAST : PH_DECODE;

@@ -98,6 +98,10 @@
  * non-blocking ones: rill_sched_cancel, rill_sched_ask, rill_sched_spec_commit, ...). Pointers
  * they receive are borrowed for the call.
  *
+ * Errors: every blocking call's detail (which budget, which session, what the log or snapshot
+ * said) is the calling thread's rill_last_error (core/rill_err.h) when it returns; callbacks
+ * get theirs as arguments (rill_sched_answer_t.message, the ack functions' message).
+ *
  * Thread safety: every function may be called from any thread, concurrently; blocking calls
  * wait for the engine to carry them out between two steps (at most about one step: one pass
  * per model).
@@ -213,10 +217,9 @@ rill_sched_session_params_t rill_sched_session_default_params(void);
 /* Creates a session and returns once it is ready (its shared prompt evaluated). Errors:
  * RILL_EINVAL (NULL, bad params), RILL_EFULL (its reservation does not fit: the message
  * gives pages needed, reserved and budget; or max_sessions reached), RILL_ENOMEM, log and
- * forward errors; RILL_EINVAL for a model index out of range. On error nothing is left. err
- * (optional) receives a message. */
+ * forward errors; RILL_EINVAL for a model index out of range. On error nothing is left. */
 rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session_params_t *params,
-                                     rill_sched_sid_t *out, char *err, size_t errlen);
+                                     rill_sched_sid_t *out);
 
 /* Rebuilds a session of model `model` from a snapshot and/or its log (rill_session_restore into
  * that model's pool, replay done by the engine before it returns), reserving its window like
@@ -224,7 +227,7 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
  * model) and of creation. */
 rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
                                       const char *log_path, rill_session_fsync_t fsync,
-                                      rill_sched_sid_t *out, char *err, size_t errlen);
+                                      rill_sched_sid_t *out);
 
 /* Closes a session: its open requests end with RILL_ECANCELED, its log is synced and closed,
  * its reservation is released. Errors: RILL_ENOTFOUND. Blocks. */
@@ -246,8 +249,7 @@ rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
 
 /* Evaluates the session's queued data, then snapshots it (rill_session_snapshot). Errors:
  * RILL_ENOTFOUND and those of the snapshot. Blocks (the engine does the evaluation in one go). */
-rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path,
-                                       char *err, size_t errlen);
+rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path);
 
 /* Copies the session's resident token ids (rill_session_tokens) into out[0, cap); returns how
  * many there are (may exceed cap) or a negative rill_err_t (RILL_ENOTFOUND). Blocks. */

@@ -106,21 +106,25 @@ static void push(rill_sched_t *sch, cmd_t *c) {
     pthread_cond_signal(&sch->wake);
 }
 
-/* Runs a blocking command to completion. */
+/* Runs a blocking command to completion; its detail becomes the caller's rill_last_error. */
 static rill_err_t call(rill_sched_t *sch, cmd_t *c) {
+    char detail[RILL_ERR_DETAIL] = "";
+    c->msg = detail;
+    c->msglen = sizeof detail;
     c->blocking = true;
     c->done = false;
     pthread_mutex_lock(&sch->mu);
     if (sch->stop) {
         pthread_mutex_unlock(&sch->mu);
-        return RILL_ECLOSED;
+        return rill__error(RILL_ECLOSED, "the scheduler is stopping");
     }
     push(sch, c);
     while (!c->done) {
         pthread_cond_wait(&sch->done, &sch->mu);
     }
     pthread_mutex_unlock(&sch->mu);
-    return c->err;
+    c->msg = NULL; /* the caller's frame and this one end together; keep no pointer into it */
+    return rill__error_str(c->err, detail);
 }
 
 /* A heap copy of toks[0, n) for an asynchronous command (NULL for n == 0 or no memory). */
@@ -162,13 +166,6 @@ static cmd_t *new_cmd(cmd_kind_t kind) {
         c->kind = kind;
     }
     return c;
-}
-
-/* Clears a caller's detail buffer. */
-static void clear_msg(char *err, size_t errlen) {
-    if (err != NULL && errlen > 0) {
-        err[0] = '\0';
-    }
 }
 
 /* ---- creation and teardown ------------------------------------------------------------------ */
@@ -366,8 +363,7 @@ void rill_sched_destroy(rill_sched_t **sp) {
 /* ---- sessions ------------------------------------------------------------------------------- */
 
 rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session_params_t *params,
-                                     rill_sched_sid_t *out, char *err, size_t errlen) {
-    clear_msg(err, errlen);
+                                     rill_sched_sid_t *out) {
     if (sch == NULL || out == NULL) {
         return RILL_EINVAL;
     }
@@ -375,8 +371,6 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
     rill_sched_session_params_t d = rill_sched_session_default_params();
     cmd_t c;
     cmd_init(&c, CMD_CREATE);
-    c.msg = err;
-    c.msglen = errlen;
     c.u.create.sp = params != NULL ? params : &d;
     c.u.create.out = out;
     return call(sch, &c);
@@ -384,16 +378,13 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
 
 rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
                                       const char *log_path, rill_session_fsync_t fsync,
-                                      rill_sched_sid_t *out, char *err, size_t errlen) {
-    clear_msg(err, errlen);
+                                      rill_sched_sid_t *out) {
     if (sch == NULL || out == NULL || (snapshot_path == NULL && log_path == NULL)) {
         return RILL_EINVAL;
     }
     *out = 0;
     cmd_t c;
     cmd_init(&c, CMD_RESTORE);
-    c.msg = err;
-    c.msglen = errlen;
     c.u.restore.model = model;
     c.u.restore.snapshot = snapshot_path;
     c.u.restore.log = log_path;
@@ -424,16 +415,12 @@ rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
     return call(sch, &c);
 }
 
-rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path,
-                                       char *err, size_t errlen) {
-    clear_msg(err, errlen);
+rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path) {
     if (sch == NULL || path == NULL) {
         return RILL_EINVAL;
     }
     cmd_t c;
     cmd_init(&c, CMD_SNAPSHOT);
-    c.msg = err;
-    c.msglen = errlen;
     c.u.snapshot.sid = sid;
     c.u.snapshot.path = path;
     return call(sch, &c);

@@ -396,7 +396,7 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
              * pool, so the model sits out until one arrives (rill__sched_unstick) */
             RILL_LOGE("scheduler: model %s: %s with no fork left to reclaim; waiting for a "
                       "command",
-                      m->name, rill_session_pool_last_error(m->pool));
+                      m->name, rill_last_error(err));
             m->stuck = true;
             return PASS_STUCK;
         }
@@ -410,7 +410,7 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         }
         if (err != RILL_OK) {
             /* forward errors: fail the requests of the step, keep sessions' data queued */
-            const char *why = rill_session_pool_last_error(m->pool);
+            const char *why = rill_last_error(err);
             RILL_LOGE("scheduler: model %s: step failed: %s", m->name, why);
             for (int32_t i = 0; i < m->n_items; i++) {
                 req_t *r = m->item_req[i];

@@ -100,9 +100,10 @@ int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/server.key", dir);
-    char why[4600];
-    if (rill_curve_key_read(path, a->secret, NULL, why, sizeof why) != RILL_OK) {
-        snprintf(msg, cap, "%s (the server's secret key; rill keygen writes one)", why);
+    rill_err_t ke = rill_curve_key_read(path, a->secret, NULL);
+    if (ke != RILL_OK) {
+        snprintf(msg, cap, "%s (the server's secret key; rill keygen writes one)",
+                 rill_last_error(ke));
         rill_free(a);
         return -1;
     }
@@ -116,8 +117,9 @@ int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size
         }
         char kp[4400];
         snprintf(kp, sizeof kp, "%s/%s", path, e->d_name);
-        if (rill_curve_key_read(kp, NULL, a->clients[a->n_clients], why, sizeof why) != RILL_OK) {
-            snprintf(msg, cap, "%s (a client's public key)", why);
+        ke = rill_curve_key_read(kp, NULL, a->clients[a->n_clients]);
+        if (ke != RILL_OK) {
+            snprintf(msg, cap, "%s (a client's public key)", rill_last_error(ke));
             closedir(d);
             rill_free(a);
             return -1;

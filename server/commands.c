@@ -251,7 +251,7 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
         srv_reply_err(s, &c->from, r->id, RILL_ENOMEM, "system prompt: tokenizing failed");
         return;
     }
-    char logp[4096], base[4200], msg[300] = "";
+    char logp[4096], base[4200], msg[RILL_ERR_DETAIL] = "";
     srv_state_path(s, name, ".log", logp, sizeof logp);
     unlink(logp); /* a leftover of a session that was closed */
     snprintf(base, sizeof base, "%s.base", logp);
@@ -264,9 +264,11 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     sp.session.n_prompt = (int32_t)n_prompt;
     sp.log_path = logp;
     sp.fsync = s->p.fsync;
-    rill_err_t err = rill_sched_session_create(s->sch, &sp, &x->sid, msg, sizeof msg);
+    rill_err_t err = rill_sched_session_create(s->sch, &sp, &x->sid);
     rill_free(prompt);
-    if (err == RILL_OK && (err = srv_write_meta(s, x)) != RILL_OK) {
+    if (err != RILL_OK) {
+        snprintf(msg, sizeof msg, "%s", rill_last_error(err));
+    } else if ((err = srv_write_meta(s, x)) != RILL_OK) {
         snprintf(msg, sizeof msg, "writing the session's metadata failed");
         rill_sched_session_close(s->sch, x->sid);
     }
@@ -361,11 +363,11 @@ static void do_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, s
 }
 
 static void do_snapshot(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x) {
-    char path[4096], msg[300] = "";
+    char path[4096];
     srv_state_path(s, x->name, ".snap", path, sizeof path);
-    rill_err_t err = rill_sched_session_snapshot(s->sch, x->sid, path, msg, sizeof msg);
+    rill_err_t err = rill_sched_session_snapshot(s->sch, x->sid, path);
     if (err != RILL_OK) {
-        srv_reply_err(s, &c->from, r->id, err, msg);
+        srv_reply_err(s, &c->from, r->id, err, rill_last_error(err));
         return;
     }
     msgpack_packer pk;
@@ -389,7 +391,7 @@ static void do_ingest_text(srv_t *s, const srv_call_t *c, const rill_proto_req_t
     rill_err_t err =
         rill_sched_ingest_text(s->sch, x->sid, r->text.p, r->text.len, r->flush, &version);
     if (err != RILL_OK) {
-        srv_reply_err(s, &c->from, r->id, err, "ingest refused");
+        srv_reply_err(s, &c->from, r->id, err, rill_last_error(err));
         return;
     }
     reply_version(s, c, r->id, version);
@@ -401,13 +403,7 @@ static void do_ingest_replace(srv_t *s, const srv_call_t *c, const rill_proto_re
     rill_err_t err = rill_sched_ingest_replace(s->sch, x->sid, r->from_version, r->text.p,
                                                r->text.len, &version);
     if (err != RILL_OK) {
-        const char *why =
-            err == RILL_EINVAL   ? "replace refused: from_version is not one of the session's"
-            : err == RILL_ERANGE ? "replace refused: the session no longer reaches back to that "
-                                   "version (forgotten, evicted, or before a restore)"
-            : err == RILL_EFULL  ? "too many tokens already queued on the session"
-                                 : "replace refused";
-        srv_reply_err(s, &c->from, r->id, err, why);
+        srv_reply_err(s, &c->from, r->id, err, rill_last_error(err));
         return;
     }
     reply_version(s, c, r->id, version);
@@ -418,7 +414,7 @@ static void do_ingest_ticks(srv_t *s, const srv_call_t *c, const rill_proto_req_
     rill_tick_decoder_stats_t st0 = rill_tick_decoder_stats(s->tdec);
     int64_t n = rill_tick_decode(s->tdec, r->ticks, r->ticks_len, s->ticks, SRV_MAX_TICKS);
     if (n < 0) {
-        srv_reply_err(s, &c->from, r->id, (rill_err_t)n, rill_tick_decoder_last_error(s->tdec));
+        srv_reply_err(s, &c->from, r->id, (rill_err_t)n, rill_last_error((rill_err_t)n));
         return;
     }
     int64_t rejected = rill_tick_decoder_stats(s->tdec).rejected - st0.rejected, accepted = 0;
@@ -450,7 +446,7 @@ static void do_ingest_ticks(srv_t *s, const srv_call_t *c, const rill_proto_req_
     rill_err_t err = rill_sched_ingest_text(s->sch, x->sid, text, len, false, &version);
     rill_free(text);
     if (err != RILL_OK) {
-        srv_reply_err(s, &c->from, r->id, err, "ingest refused");
+        srv_reply_err(s, &c->from, r->id, err, rill_last_error(err));
         return;
     }
     msgpack_packer pk;
@@ -527,11 +523,10 @@ static void do_server_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_
 void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
     s->requests++;
     rill_proto_req_t r;
-    char msg[300];
-    rill_err_t err = rill_proto_decode(s->dec, buf, len, &r, msg, sizeof msg);
+    rill_err_t err = rill_proto_decode(s->dec, buf, len, &r);
     if (err != RILL_OK) {
         s->bad_requests++;
-        srv_reply_err(s, &c->from, r.id, err, msg);
+        srv_reply_err(s, &c->from, r.id, err, rill_last_error(err));
         return;
     }
     srv_sess_t *x = NULL;

@@ -80,14 +80,12 @@ static int load(srv_t *s, int32_t i) {
             return -1;
         }
     }
-    char msg[300] = "";
-    if (rill_model_load(pm->path, rill_model_default_params(), &m->model, msg, sizeof msg) !=
-        RILL_OK) {
-        RILL_LOGE("rilld: %s: %s", pm->path, msg);
+    if (rill_model_load(pm->path, rill_model_default_params(), &m->model) != RILL_OK) {
+        RILL_LOGE("rilld: %s: %s", pm->path, rill_last_error(RILL_OK));
         return -1;
     }
-    if (rill_tokenizer_new(rill_model_gguf(m->model), &m->tok, msg, sizeof msg) != RILL_OK) {
-        RILL_LOGE("rilld: %s: tokenizer: %s", pm->path, msg);
+    if (rill_tokenizer_new(rill_model_gguf(m->model), &m->tok) != RILL_OK) {
+        RILL_LOGE("rilld: %s: tokenizer: %s", pm->path, rill_last_error(RILL_OK));
         return -1;
     }
     /* no template, or one rill does not render: questions take the fixed format */

@@ -95,12 +95,12 @@ static int start(srv_t *s) {
 static void shutdown_all(srv_t *s) {
     if (s->sch != NULL) {
         for (srv_sess_t *x = s->sessions; x != NULL; x = x->next) {
-            char path[4096], msg[300] = "";
+            char path[4096];
             srv_state_path(s, x->name, ".snap", path, sizeof path);
-            rill_err_t err = rill_sched_session_snapshot(s->sch, x->sid, path, msg, sizeof msg);
+            rill_err_t err = rill_sched_session_snapshot(s->sch, x->sid, path);
             if (err != RILL_OK) {
                 RILL_LOGE("rilld: snapshot of %s failed: %s %s (its log still holds it)", x->name,
-                          rill_err_name(err), msg);
+                          rill_err_name(err), rill_last_error(err));
             }
         }
     }

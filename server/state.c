@@ -209,12 +209,12 @@ void srv_restore_all(srv_t *s) {
         if (access(snap, F_OK) != 0) {
             srv_state_path(s, x->name, ".log.base", snap, sizeof snap);
         }
-        char msg[300] = "";
-        rill_err_t err = rill_sched_session_restore(
-            s->sch, x->model, access(snap, F_OK) == 0 ? snap : NULL,
-            access(logp, F_OK) == 0 ? logp : NULL, s->p.fsync, &x->sid, msg, sizeof msg);
+        rill_err_t err =
+            rill_sched_session_restore(s->sch, x->model, access(snap, F_OK) == 0 ? snap : NULL,
+                                       access(logp, F_OK) == 0 ? logp : NULL, s->p.fsync, &x->sid);
         if (err != RILL_OK) {
-            RILL_LOGE("rilld: session %s not restored: %s %s", x->name, rill_err_name(err), msg);
+            RILL_LOGE("rilld: session %s not restored: %s %s", x->name, rill_err_name(err),
+                      rill_last_error(err));
             srv_free_sess(x);
             continue;
         }

@@ -182,9 +182,6 @@ int32_t rill_session_pool_n_vocab(const rill_session_pool_t *p);
 /* The forward the pool was made with (borrowed). */
 rill_forward_t *rill_session_pool_forward(rill_session_pool_t *p);
 
-/* Detail of the last error rill_session_step() returned. Borrowed; valid until the next step. */
-const char *rill_session_pool_last_error(const rill_session_pool_t *p);
-
 /* ---- sessions ------------------------------------------------------------------------------ */
 
 typedef struct rill_session_params {
@@ -370,7 +367,7 @@ typedef struct rill_session_step {
  * errors, RILL_ECANCELED among them (rill_forward_set_cancel): the tokens stay queued, the pages
  * the step took are returned (copy-on-write copies made for it stay, holding the same rows),
  * window evictions done first stay done; logits invalid. The detail is in
- * rill_session_pool_last_error(). Allocates nothing. */
+ * rill_last_error(). Allocates nothing. */
 rill_err_t rill_session_step(rill_session_pool_t *p, rill_session_step_t *items, int32_t n_items);
 
 /* Evaluates every queued token of s (steps of rill_session_step_room()). Errors: as
@@ -425,9 +422,6 @@ const int32_t *rill_session_pages(const rill_session_t *s, int32_t *n);
 
 /* The pool s belongs to. */
 rill_session_pool_t *rill_session_pool(rill_session_t *s);
-
-/* Detail of the last error returned on s. Borrowed; valid until the next call on s. */
-const char *rill_session_last_error(const rill_session_t *s);
 
 /* ---- durability ---------------------------------------------------------------------------- */
 
@@ -503,8 +497,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
  * before (bit for bit with the same backend and forward max_batch). Its identity is the saved
  * one; its log, if any, is locked as by rill_session_open_log().
  * Errors (on every one: *out = NULL, nothing left allocated, p as before, the files unchanged
- * except that a torn log tail may have been cut, and a message in err[0, errlen) when err !=
- * NULL):
+ * except that a torn log tail may have been cut, and the detail in rill_last_error(err)):
  *   RILL_EINVAL (NULL p or out, both paths NULL, unknown policy; a log of another session, with
  *   another window policy, or missing records between the snapshot and its first record),
  *   RILL_ENOTFOUND (a file does not exist), RILL_EBUSY (the log is open elsewhere), RILL_EIO,
@@ -518,7 +511,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
  * of the replay). */
 rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_path,
                                 const char *log_path, rill_session_fsync_t policy,
-                                rill_session_t **out, char *err, size_t errlen);
+                                rill_session_t **out);
 
 #ifdef __cplusplus
 }

@@ -228,7 +228,7 @@ static rill_err_t evict(rill_session_t *s) {
         err = rill_backend_kv_rope_shift(p->be, &p->layout, rill_kv_cache_pool(p->kv, l),
                                          s->pages + first, s->n_pages - first, -k * P, &p->rope);
         if (err != RILL_OK) {
-            rill__session_fail(s, err, "re-rotating kept keys: %s", rill_backend_last_error(p->be));
+            rill__session_fail(s, err, "re-rotating kept keys: %s", rill_last_error(err));
         }
     }
     return err;
@@ -347,11 +347,7 @@ static rill_err_t pool_fail(rill_session_pool_t *p, rill_err_t err, const char *
     va_start(ap, fmt);
     vsnprintf(p->err, sizeof p->err, fmt, ap);
     va_end(ap);
-    return err;
-}
-
-const char *rill_session_pool_last_error(const rill_session_pool_t *p) {
-    return p->err;
+    return rill__error_str(err, p->err);
 }
 
 /* Validates a step: sessions of p, each once, counts within room, totals within the limits. */
@@ -440,7 +436,7 @@ rill_err_t rill_session_step(rill_session_pool_t *p, rill_session_step_t *it, in
         err = rill_forward_eval(p->fw, p->kv, &b, p->bids, p->brow, n_out,
                                 n_out > 0 ? p->blogits : NULL);
         if (err != RILL_OK) {
-            pool_fail(p, err, "forward pass: %s", rill_forward_last_error(p->fw));
+            pool_fail(p, err, "forward pass: %s", rill_last_error(err));
         }
     }
     if (err != RILL_OK) {
@@ -625,7 +621,7 @@ rill_err_t rill_session_logits(rill_session_t *s, const float **out) {
         int32_t row = 0;
         err = rill_forward_eval(p->fw, p->kv, &b, s->tokens + slot, &row, 1, s->logits);
         if (err != RILL_OK) {
-            return rill__session_fail(s, err, "forward pass: %s", rill_forward_last_error(p->fw));
+            return rill__session_fail(s, err, "forward pass: %s", rill_last_error(err));
         }
         s->logits_valid = true;
     }
@@ -668,10 +664,6 @@ const int32_t *rill_session_pages(const rill_session_t *s, int32_t *n) {
 
 rill_session_pool_t *rill_session_pool(rill_session_t *s) {
     return s->pool;
-}
-
-const char *rill_session_last_error(const rill_session_t *s) {
-    return s->err;
 }
 
 int64_t rill_session_seq(const rill_session_t *s) {

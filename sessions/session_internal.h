@@ -108,7 +108,8 @@ struct rill_session {
     char err[256];
 };
 
-/* Records a message on s and returns err. Inline so that every file of the module can use it
+/* Records the detail of err (rill_last_error; s->err keeps a copy for the module's own
+ * messages) and returns err. Inline so that every file of the module can use it
  * without calling into session.c (the files depend on each other one way, see record.c). */
 static inline rill_err_t rill__session_fail(rill_session_t *s, rill_err_t err, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -121,7 +122,7 @@ static inline rill_err_t rill__session_fail(rill_session_t *s, rill_err_t err, c
     va_start(ap, fmt);
     vsnprintf(s->err, sizeof s->err, fmt, ap);
     va_end(ap);
-    return err;
+    return rill__error_str(err, s->err); /* the caller reads it with rill_last_error */
 }
 
 /* The length of s's token stream: tokens evicted, resident and queued. Stream index i >= the

@@ -206,7 +206,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
                                         (size_t)p->page_bytes);
             if (err != RILL_OK) {
                 rill__session_fail(s, err, "snapshot: reading page %d: %s", s->pages[j],
-                                   rill_backend_last_error(p->be));
+                                   rill_last_error(err));
                 goto cleanup;
             }
         }
@@ -513,7 +513,7 @@ static rill_err_t load(rill_session_pool_t *p, const char *path, rill_session_t 
                                        (size_t)p->page_bytes);
             if (err != RILL_OK) {
                 snprintf(msg, msglen, "snapshot %s: writing page %d: %s", path, s->pages[j],
-                         rill_backend_last_error(p->be));
+                         rill_last_error(err));
                 goto cleanup;
             }
         }
@@ -548,8 +548,8 @@ cleanup:
 
 rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_path,
                                 const char *log_path, rill_session_fsync_t policy,
-                                rill_session_t **out, char *err, size_t errlen) {
-    char msg[512] = "";
+                                rill_session_t **out) {
+    char msg[RILL_ERR_DETAIL] = "";
     rill_err_t e = RILL_OK;
     rill_session_t *s = NULL;
     if (out != NULL) {
@@ -574,8 +574,5 @@ rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_pat
         s->err[0] = '\0';
         *out = s;
     }
-    if (err != NULL && errlen > 0) {
-        snprintf(err, errlen, "%s", e == RILL_OK ? "" : msg[0] ? msg : rill_strerror(e));
-    }
-    return e;
+    return rill__error_str(e, msg);
 }

@@ -148,8 +148,7 @@ static rill_client_t *connect_daemon(int32_t timeout_ms) {
     p.event_ep = g_ev;
     p.timeout_ms = timeout_ms;
     rill_client_t *c = NULL;
-    char err[256];
-    ck_assert_msg(rill_client_new(&p, &c, err, sizeof err) == RILL_OK, "%s", err);
+    ck_assert_msg(rill_client_new(&p, &c) == RILL_OK, "%s", rill_last_error(RILL_OK));
     return c;
 }
 
@@ -157,16 +156,16 @@ static rill_client_t *connect_daemon(int32_t timeout_ms) {
     do {                                                                     \
         rill_err_t e_ = (expr);                                              \
         ck_assert_msg(e_ == RILL_OK, "%s: %s: %s", #expr, rill_err_name(e_), \
-                      rill_client_last_error(c));                            \
+                      rill_last_error(RILL_OK));                             \
     } while (0)
 
-#define CK_ERR(c, expr, code, text)                                                             \
-    do {                                                                                        \
-        rill_err_t e_ = (expr);                                                                 \
-        ck_assert_msg(e_ == (code), "%s: got %s (%s), want %s", #expr, rill_err_name(e_),       \
-                      rill_client_last_error(c), rill_err_name(code));                          \
-        ck_assert_msg(strstr(rill_client_last_error(c), (text)) != NULL,                        \
-                      "%s: message '%s' lacks '%s'", #expr, rill_client_last_error(c), (text)); \
+#define CK_ERR(c, expr, code, text)                                                               \
+    do {                                                                                          \
+        rill_err_t e_ = (expr);                                                                   \
+        ck_assert_msg(e_ == (code), "%s: got %s (%s), want %s", #expr, rill_err_name(e_),         \
+                      rill_last_error(e_), rill_err_name(code));                                  \
+        ck_assert_msg(strstr(rill_last_error(e_), (text)) != NULL, "%s: message '%s' lacks '%s'", \
+                      #expr, rill_last_error(e_), (text));                                        \
     } while (0)
 
 START_TEST(sessions) {
@@ -776,7 +775,7 @@ START_TEST(hostile_replies) {
     p.event_ep = ev_ep;
     p.timeout_ms = 400;
     rill_client_t *c = NULL;
-    CK_OK(c, rill_client_new(&p, &c, NULL, 0));
+    CK_OK(c, rill_client_new(&p, &c));
     rill_client_session_stats_t st;
     const char *const *names = NULL;
     int64_t n = 0;
@@ -831,7 +830,7 @@ START_TEST(hostile_replies) {
        the answer event, not after the grace period */
     rill_client_destroy(&c);
     p.timeout_ms = 5000;
-    CK_OK(c, rill_client_new(&p, &c, NULL, 0));
+    CK_OK(c, rill_client_new(&p, &c));
     atomic_store(&f.mode, FAKE_ASK);
     pieces_t got = { .len = 0 };
     rill_client_answer_t a;
@@ -922,7 +921,7 @@ START_TEST(hostile_events_and_gaps) {
     p.request_ep = ep;
     p.event_ep = ev_ep;
     rill_client_t *c = NULL;
-    CK_OK(c, rill_client_new(&p, &c, NULL, 0));
+    CK_OK(c, rill_client_new(&p, &c));
     CK_ERR(c, rill_client_subscribe(c, ""), RILL_EINVAL, "prefix");
     CK_OK(c, rill_client_subscribe(c, "s1/"));
     /* XPUB hands the subscription up: once it is here, publishing reaches the client */
@@ -985,8 +984,7 @@ START_TEST(timeouts_and_arguments) {
     p.request_ep = ep;
     p.timeout_ms = 200;
     rill_client_t *c = NULL;
-    char err[256];
-    CK_OK(c, rill_client_new(&p, &c, err, sizeof err));
+    CK_OK(c, rill_client_new(&p, &c));
     uint64_t t0 = rill_now_ns();
     CK_ERR(c, rill_client_session_list(c, NULL, NULL), RILL_ETIMEDOUT, "no connection");
     ck_assert_uint_lt(rill_now_ns() - t0, 2000000000ull);
@@ -1001,27 +999,29 @@ START_TEST(timeouts_and_arguments) {
     rill_client_destroy(&c);
 
     p.timeout_ms = 0;
-    ck_assert_int_eq(rill_client_new(&p, &c, err, sizeof err), RILL_EINVAL);
+    ck_assert_int_eq(rill_client_new(&p, &c), RILL_EINVAL);
     ck_assert_ptr_null(c);
     p = rill_client_default_params();
     p.curve_server_key = "x";
-    ck_assert_int_eq(rill_client_new(&p, &c, err, sizeof err), RILL_EINVAL);
-    ck_assert_msg(strstr(err, "CURVE") != NULL, "%s", err);
+    ck_assert_int_eq(rill_client_new(&p, &c), RILL_EINVAL);
+    ck_assert_msg(strstr(rill_last_error(RILL_EINVAL), "CURVE") != NULL, "%s",
+                  rill_last_error(RILL_OK));
     char pub[41], sec[41];
     ck_assert_int_eq(zmq_curve_keypair(pub, sec), 0);
     p.curve_public_key = pub;
     p.curve_secret_key = "/nonexistent/key";
     p.curve_server_key = pub;
-    ck_assert_int_eq(rill_client_new(&p, &c, err, sizeof err), RILL_EINVAL);
-    ck_assert_msg(strstr(err, "secret key") != NULL, "%s", err);
+    ck_assert_int_eq(rill_client_new(&p, &c), RILL_EINVAL);
+    ck_assert_msg(strstr(rill_last_error(RILL_EINVAL), "secret key") != NULL, "%s",
+                  rill_last_error(RILL_OK));
     p.curve_secret_key = sec;
-    CK_OK(c, rill_client_new(&p, &c, err, sizeof err));
+    CK_OK(c, rill_client_new(&p, &c));
     rill_client_destroy(&c);
     p = rill_client_default_params();
     p.request_ep = "nonsense://x";
-    ck_assert_int_eq(rill_client_new(&p, &c, err, sizeof err), RILL_EINVAL);
-    ck_assert_int_eq(rill_client_new(NULL, NULL, err, sizeof err), RILL_EINVAL);
-    ck_assert_str_eq(rill_client_last_error(NULL), "");
+    ck_assert_int_eq(rill_client_new(&p, &c), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "cannot connect to nonsense://x"));
+    ck_assert_int_eq(rill_client_new(NULL, NULL), RILL_EINVAL);
     ck_assert_int_eq(rill_client_session_list(NULL, NULL, NULL), RILL_EINVAL);
     ck_assert_int_eq(rill_client_next_event(NULL, 0, NULL), RILL_EINVAL);
 }
@@ -1031,9 +1031,9 @@ START_TEST(allocation_failures) {
     rill_mem_stats_t m0 = rill_mem_stats(RILL_MEM_CLIENT);
     rill_client_t *c = NULL;
     rill_mem_fail_nth(1);
-    ck_assert_int_eq(rill_client_new(NULL, &c, NULL, 0), RILL_ENOMEM);
+    ck_assert_int_eq(rill_client_new(NULL, &c), RILL_ENOMEM);
     ck_assert_ptr_null(c);
-    CK_OK(c, rill_client_new(NULL, &c, NULL, 0));
+    CK_OK(c, rill_client_new(NULL, &c));
     rill_mem_fail_nth(1);
     CK_ERR(c, rill_client_subscribe(c, "a/"), RILL_ENOMEM, "");
     CK_OK(c, rill_client_subscribe(c, "a/"));

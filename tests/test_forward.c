@@ -177,7 +177,7 @@ static float *rig_eval_all(rig_t *g, const int32_t *tokens, int n) {
     int32_t V = rill_model_hparams(g->model)->n_vocab;
     float *out = malloc((size_t)n * (size_t)V * sizeof *out);
     rill_err_t err = rill_forward_eval_sequence(g->fw, g->kv, &g->pt, 0, tokens, n, true, out);
-    ck_assert_msg(err == RILL_OK, "eval: %s", rill_forward_last_error(g->fw));
+    ck_assert_msg(err == RILL_OK, "eval: %s", rill_last_error(RILL_OK));
     return out;
 }
 
@@ -775,7 +775,7 @@ START_TEST(kv_cache_copy_pages_every_layer) {
     }
     const int32_t dup[2] = { 4, 4 }, two[2] = { 15, 14 }, big[1] = { 16 };
     ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, two, dup, 2), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "destination of copies"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "destination of copies"));
     ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, big, dup, 1), RILL_EINVAL);
     ck_assert_int_eq(rill_kv_cache_copy_pages(g.kv, two, two, 2), RILL_EINVAL);
     ck_assert_int_eq(rill_kv_cache_copy_pages(NULL, two, dup, 1), RILL_EINVAL);
@@ -832,7 +832,7 @@ START_TEST(resident_ids_errors) {
                      RILL_EINVAL);
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, small, rows, 3, ids),
                      RILL_EINVAL); /* holds 0 ids, the batch needs 3 */
-    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "do not cover"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_OK), "do not cover"));
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 3, small),
                      RILL_ERANGE);
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, toks, NULL, rows, 0, ids), RILL_EINVAL);
@@ -843,7 +843,7 @@ START_TEST(resident_ids_errors) {
     const int32_t bad_toks[3] = { 5, V, 7 };
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, bad_toks, NULL, rows, 3, ids),
                      RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "vocabulary"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_OK), "vocabulary"));
     ck_assert_int_eq(rill_forward_ids_count(ids), 3);
     int32_t again[4];
     ck_assert_int_eq(rill_forward_ids_read(ids, again, 3), RILL_OK);
@@ -867,7 +867,7 @@ START_TEST(resident_ids_errors) {
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 3, small),
                      RILL_ERANGE); /* argument error first: nothing runs */
     ck_assert_int_eq(rill_forward_eval_ids(g.fw, g.kv, &b, NULL, ids, rows, 1, small), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(g.fw), "vocabulary"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "vocabulary"));
     ck_assert_int_eq(rill_forward_ids_count(small), 0);
     ck_assert_int_eq(rill_forward_ids_read(small, again, 1), RILL_ERANGE);
     rill_forward_ids_destroy(&ids);
@@ -925,7 +925,7 @@ START_TEST(forward_errors_and_allocation_failures) {
     rill_page_table_t pt = { pages, 4 };
     int32_t bad[2] = { 5, 999999 };
     ck_assert_int_eq(rill_forward_eval_sequence(fw, kv, &pt, 0, bad, 2, false, NULL), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(rill_forward_last_error(fw), "vocabulary"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "vocabulary"));
     int32_t ok[2] = { 5, 6 };
     ck_assert_int_eq(rill_forward_eval_sequence(fw, kv, &pt, 63, ok, 2, false, NULL), RILL_ERANGE);
     rill_batch_token_t bt[2] = { { 0, 0, 0, 1 }, { 0, 1, 1, 2 } };

@@ -49,8 +49,8 @@ int main() {
     expect(std::strcmp(rill_chat_template_name(RILL_CHAT_CHATML), "chatml") == 0,
            "rill_chat_template_name");
     rill_gguf_t *g = nullptr;
-    char msg[128];
-    expect(rill_gguf_open("/nonexistent.gguf", &g, msg, sizeof msg) == RILL_EIO && !g,
-           "rill_gguf_open of a missing file");
+    expect(rill_gguf_open("/nonexistent.gguf", &g) == RILL_EIO && !g &&
+               std::strstr(rill_last_error(RILL_EIO), "/nonexistent.gguf") != nullptr,
+           "rill_gguf_open of a missing file, with its detail");
     return failures == 0 ? 0 : 1;
 }

@@ -47,10 +47,8 @@ typedef struct rig {
 static void rig_open_file(rig_t *g, const char *file, int64_t cells, const rill_sched_params_t *sp,
                           bool with_sched) {
     memset(g, 0, sizeof *g);
-    char msg[256] = "";
     g->model = test_model_load(file);
-    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok, msg, sizeof msg),
-                     RILL_OK);
+    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &g->tok), RILL_OK);
     test_rig_params_t p = test_rig_default_params(file);
     p.backend.cpu.n_threads = 1;
     p.forward.max_batch = 64;
@@ -175,9 +173,8 @@ static rill_sched_sid_t new_session(rig_t *g, int32_t sinks, int32_t window) {
     sp.session.n_sink = sinks;
     sp.session.window = window;
     rill_sched_sid_t sid = 0;
-    char msg[300];
-    rill_err_t err = rill_sched_session_create(g->sch, &sp, &sid, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "create: %s %s", rill_err_name(err), msg);
+    rill_err_t err = rill_sched_session_create(g->sch, &sp, &sid);
+    ck_assert_msg(err == RILL_OK, "create: %s %s", rill_err_name(err), rill_last_error(err));
     ck_assert_uint_ne(sid, 0);
     return sid;
 }
@@ -719,11 +716,11 @@ START_TEST(admission_reserves_windows) {
     p.session.n_sink = 16;
     p.session.window = 224;
     rill_sched_sid_t sid = 0;
-    char msg[300] = "";
-    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_EFULL);
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid), RILL_EFULL);
     ck_assert_uint_eq(sid, 0);
-    ck_assert_msg(strstr(msg, "15 page") != NULL && strstr(msg, "45 of 56") != NULL, "msg: %s",
-                  msg);
+    ck_assert_msg(strstr(rill_last_error(RILL_EFULL), "15 page") != NULL &&
+                      strstr(rill_last_error(RILL_EFULL), "45 of 56") != NULL,
+                  "msg: %s", rill_last_error(RILL_EFULL));
     rill_sched_stats_t st;
     rill_sched_stats(g.sch, &st);
     ck_assert_int_eq(st.admission_rejects, 1);
@@ -743,7 +740,7 @@ START_TEST(admission_reserves_windows) {
     }
     ck_assert_int_eq(rill_sched_session_close(g.sch, ids[1]), RILL_OK);
     ck_assert_int_eq(rill_sched_session_close(g.sch, ids[1]), RILL_ENOTFOUND);
-    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid), RILL_OK);
     rig_close(&g);
 }
 END_TEST
@@ -1066,9 +1063,8 @@ START_TEST(shared_prompt_computed_once) {
     p.session.prompt = prompt;
     p.session.n_prompt = 40;
     rill_sched_sid_t ids[3];
-    char msg[200];
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &ids[i], msg, sizeof msg), RILL_OK);
+        ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &ids[i]), RILL_OK);
     }
     rill_sched_stats_t st;
     rill_sched_stats(g.sch, &st);
@@ -1111,19 +1107,17 @@ START_TEST(snapshot_and_restore_through_the_engine) {
     rill_sched_session_params_t p = rill_sched_session_default_params();
     p.log_path = logp;
     rill_sched_sid_t sid;
-    char msg[300];
-    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(g.sch, &p, &sid), RILL_OK);
     int32_t data[120];
     random_tokens(data, 120, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 70), RILL_OK);
-    ck_assert_int_eq(rill_sched_session_snapshot(g.sch, sid, snap, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_snapshot(g.sch, sid, snap), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data + 70, 50), RILL_OK);
     /* the engine stops with 50 tokens perhaps still queued: they are in the log */
     rill_sched_destroy(&g.sch);
     ck_assert_int_eq(rill_sched_new(g.pool, NULL, &g.sch), RILL_OK);
-    ck_assert_int_eq(rill_sched_session_restore(g.sch, 0, snap, logp, RILL_SESSION_FSYNC_NEVER,
-                                                &sid, msg, sizeof msg),
-                     RILL_OK);
+    ck_assert_int_eq(
+        rill_sched_session_restore(g.sch, 0, snap, logp, RILL_SESSION_FSYNC_NEVER, &sid), RILL_OK);
     int32_t got[200];
     ck_assert_int_eq(rill_sched_session_tokens(g.sch, sid, got, 200), 120);
     ck_assert_mem_eq(got, data, sizeof data);
@@ -1143,9 +1137,9 @@ static rill_sched_sid_t new_session_on(rill_sched_t *sch, int32_t model, int32_t
     sp.session.n_sink = sinks;
     sp.session.window = window;
     rill_sched_sid_t sid = 0;
-    char msg[300];
-    rill_err_t err = rill_sched_session_create(sch, &sp, &sid, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "create on %d: %s %s", model, rill_err_name(err), msg);
+    rill_err_t err = rill_sched_session_create(sch, &sp, &sid);
+    ck_assert_msg(err == RILL_OK, "create on %d: %s %s", model, rill_err_name(err),
+                  rill_last_error(err));
     return sid;
 }
 
@@ -1216,27 +1210,25 @@ START_TEST(models_keep_their_own_sessions) {
     ck_assert_int_eq(st.total_pages, mi[0].total_pages + mi[1].total_pages);
     /* a model that does not exist */
     rill_sched_session_params_t p = rill_sched_session_default_params();
-    char msg[300] = "";
     rill_sched_sid_t none = 0;
     p.model = 2;
-    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none, msg, sizeof msg), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(msg, "no model 2"));
+    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "no model 2"));
     p.model = -1;
-    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none, msg, sizeof msg), RILL_EINVAL);
+    ck_assert_int_eq(rill_sched_session_create(sch, &p, &none), RILL_EINVAL);
     /* a snapshot of model 0 is refused by model 1's pool and restores into model 0 */
     char dir[] = "/tmp/rill-sched-XXXXXX", snap[300];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(snap, sizeof snap, "%s/a.snap", dir);
-    ck_assert_int_eq(rill_sched_session_snapshot(sch, sa, snap, msg, sizeof msg), RILL_OK);
-    ck_assert_int_eq(rill_sched_session_restore(sch, 1, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
-                                                msg, sizeof msg),
-                     RILL_EUNSUPPORTED);
-    ck_assert_int_eq(rill_sched_session_restore(sch, 7, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
-                                                msg, sizeof msg),
-                     RILL_EINVAL);
-    ck_assert_int_eq(rill_sched_session_restore(sch, 0, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none,
-                                                msg, sizeof msg),
-                     RILL_OK);
+    ck_assert_int_eq(rill_sched_session_snapshot(sch, sa, snap), RILL_OK);
+    ck_assert_int_eq(
+        rill_sched_session_restore(sch, 1, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none),
+        RILL_EUNSUPPORTED);
+    ck_assert_int_eq(
+        rill_sched_session_restore(sch, 7, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none),
+        RILL_EINVAL);
+    ck_assert_int_eq(
+        rill_sched_session_restore(sch, 0, snap, NULL, RILL_SESSION_FSYNC_NEVER, &none), RILL_OK);
     int32_t got[100];
     ck_assert_int_eq(rill_sched_session_tokens(sch, none, got, 100), 90);
     ck_assert_mem_eq(got, da, sizeof da);
@@ -1496,13 +1488,12 @@ START_TEST(templates_are_per_model) {
     memcpy(all, prompt, sizeof prompt);
     memcpy(all + 40, data, sizeof data);
     rill_sched_sid_t ids[4];
-    char msg[200];
     for (int i = 0; i < 4; i++) {
         rill_sched_session_params_t p = rill_sched_session_default_params();
         p.model = i % 2;
         p.session.prompt = prompt;
         p.session.n_prompt = 40;
-        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &ids[i], msg, sizeof msg), RILL_OK);
+        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &ids[i]), RILL_OK);
     }
     rill_sched_model_info_t mi;
     for (int m = 0; m < 2; m++) {
@@ -1539,18 +1530,18 @@ START_TEST(admission_is_per_model) {
     p.session.n_sink = 16;
     p.session.window = 224; /* 15 pages (the tiny model's context is 256) */
     rill_sched_sid_t b[4], a0;
-    char msg[300] = "";
     for (int i = 0; i < 3; i++) {
-        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[i], msg, sizeof msg), RILL_OK);
+        ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[i]), RILL_OK);
     }
-    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3], msg, sizeof msg), RILL_EFULL);
-    ck_assert_msg(strstr(msg, "model llm") != NULL, "message: %s", msg);
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3]), RILL_EFULL);
+    ck_assert_msg(strstr(rill_last_error(RILL_EFULL), "model llm") != NULL, "message: %s",
+                  rill_last_error(RILL_EFULL));
     rill_sched_model_info_t mi;
     ck_assert_int_eq(rill_sched_model_info(t.sch, 1, &mi), RILL_OK);
     ck_assert_int_eq(mi.reserved_pages, 3 * 15);
     ck_assert_int_eq(mi.n_sessions, 3);
     p.model = 0;
-    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0), RILL_OK);
     ck_assert_int_eq(rill_sched_model_info(t.sch, 0, &mi), RILL_OK);
     ck_assert_int_eq(mi.reserved_pages, 15);
     ck_assert_int_eq(rill_sched_session_close(t.sch, b[1]), RILL_OK);
@@ -1559,12 +1550,12 @@ START_TEST(admission_is_per_model) {
     ck_assert_int_eq(rill_sched_model_info(t.sch, 0, &mi), RILL_OK);
     ck_assert_int_eq(mi.reserved_pages, 15);
     p.model = 1;
-    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[1], msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[1]), RILL_OK);
     /* 4 open now; max_sessions 5 over both models */
     p.model = 0;
-    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3], msg, sizeof msg), RILL_OK);
-    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0, msg, sizeof msg), RILL_EFULL);
-    ck_assert_ptr_nonnull(strstr(msg, "max_sessions"));
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &b[3]), RILL_OK);
+    ck_assert_int_eq(rill_sched_session_create(t.sch, &p, &a0), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EFULL), "max_sessions"));
     two_close(&t);
 }
 END_TEST

@@ -18,10 +18,9 @@
 
 #include "rill_core.h"
 #include "server_internal.h"
+#include "test_util.h"
 
 #define QWEN "rill-tiny-qwen2-F32.gguf"
-
-static char g_src[1024];
 
 /* The fake door: the replies and token events it was handed, decoded. */
 typedef struct fake {
@@ -90,23 +89,16 @@ typedef struct rig {
     int32_t V;
 } rig_t;
 
-static bool rig_open(rig_t *g) {
+static void rig_open(rig_t *g) {
     memset(g, 0, sizeof *g);
-    char path[1200], msg[256] = "";
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
-    if (access(path, R_OK) != 0) {
-        return false;
-    }
     g->s = calloc(1, sizeof *g->s);
     ck_assert_ptr_nonnull(g->s);
     srv_t *s = g->s;
     s->p = rill_server_default_params();
     msgpack_sbuffer_init(&s->out);
     ck_assert_int_eq(srv_events_init(s), 0);
-    ck_assert_int_eq(rill_model_load(path, rill_model_default_params(), &g->model, msg, sizeof msg),
-                     RILL_OK);
-    ck_assert_int_eq(
-        rill_tokenizer_new(rill_model_gguf(g->model), &s->models[0].tok, msg, sizeof msg), RILL_OK);
+    g->model = test_model_load(QWEN);
+    ck_assert_int_eq(rill_tokenizer_new(rill_model_gguf(g->model), &s->models[0].tok), RILL_OK);
     s->n_models = 1;
     g->V = rill_model_hparams(g->model)->n_vocab;
     g->f.door = (srv_door_t){ .name = "fake", .reply = fake_reply, .publish = fake_publish };
@@ -124,7 +116,6 @@ static bool rig_open(rig_t *g) {
     rill_tokenizer_stream_init(&p->stream, 0);
     p->next = s->pends;
     s->pends = p;
-    return true;
 }
 
 static void rig_close(rig_t *g) {
@@ -177,9 +168,7 @@ static void finish(rig_t *g, const int32_t *ids, int n) {
  * answer's; the ring's content and the answer list are emptied by one drain. */
 START_TEST(tokens_come_before_their_answer) {
     rig_t g;
-    if (!rig_open(&g)) {
-        return;
-    }
+    rig_open(&g);
     int32_t ids[40];
     for (int i = 0; i < 40; i++) {
         ids[i] = (100 + 7 * i) % g.V;
@@ -207,9 +196,7 @@ END_TEST
  * dropped and counted, and the answer still arrives whole. */
 START_TEST(a_full_ring_drops_tokens_never_answers) {
     rig_t g;
-    if (!rig_open(&g)) {
-        return;
-    }
+    rig_open(&g);
     const int extra = 300, n = SRV_TOKEN_RING + extra;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     ck_assert_ptr_nonnull(ids);
@@ -254,9 +241,7 @@ static void *produce(void *arg) {
 
 START_TEST(tokens_cross_threads_in_order) {
     rig_t g;
-    if (!rig_open(&g)) {
-        return;
-    }
+    rig_open(&g);
     enum { N = 40000 };
     int32_t *ids = malloc(N * sizeof *ids);
     ck_assert_ptr_nonnull(ids);
@@ -295,12 +280,8 @@ static Suite *suite(void) {
 }
 
 int main(void) {
-    snprintf(g_src, sizeof g_src, "%s", RILL_SOURCE_DIR);
-    char path[1200];
-    snprintf(path, sizeof path, "%s/tests/data/models/%s", g_src, QWEN);
-    if (access(path, R_OK) != 0) {
-        printf("SKIP: %s is missing (scripts/test.sh generates it)\n", path);
-        return 77;
+    if (!test_have_models(QWEN, NULL)) {
+        return TEST_SKIP;
     }
     SRunner *sr = srunner_create(suite());
     srunner_run_all(sr, CK_NORMAL);

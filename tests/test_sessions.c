@@ -39,7 +39,7 @@ typedef test_rig_t rig_t;
  * allow_unused_tensors: the layers past n_layer are ignored); *file is the copy, which the
  * model reads from (the rig frees it at close). */
 static rill_model_t *load_patched(const char *model, int n_layer, void **file) {
-    char path[TEST_PATH_MAX], msg[256] = "";
+    char path[TEST_PATH_MAX];
     size_t len = 0;
     unsigned char *buf = test_read_file(test_model_path(path, sizeof path, model), &len);
     const char *arch = strncmp(model, "rill-tiny-qwen2", 15) == 0 ? "qwen2" : "llama";
@@ -58,12 +58,12 @@ static rill_model_t *load_patched(const char *model, int n_layer, void **file) {
     }
     ck_assert(patched);
     rill_gguf_t *gg = NULL;
-    ck_assert_int_eq(rill_gguf_open_memory(buf, len, &gg, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_gguf_open_memory(buf, len, &gg), RILL_OK);
     rill_model_params_t mp = rill_model_default_params();
     mp.allow_unused_tensors = true;
     rill_model_t *m = NULL;
     test_log_quiet(); /* one warning per ignored tensor */
-    ck_assert_int_eq(rill_model_load_gguf(&gg, mp, &m, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_model_load_gguf(&gg, mp, &m), RILL_OK);
     test_log_release();
     ck_assert_int_eq(rill_model_hparams(m)->n_layer, n_layer);
     *file = buf;
@@ -94,7 +94,7 @@ static void rig_open(rig_t *g, const char *model, int64_t cells) {
 /* The oracle: logits of the last of tokens[0, n) by a fresh contiguous prefill (n <= 256). */
 static void ref_logits(rig_t *g, const int32_t *tokens, int n, float *out) {
     rill_err_t err = rill_forward_eval_sequence(g->fw, g->kv, &g->pt, 0, tokens, n, false, out);
-    ck_assert_msg(err == RILL_OK, "ref: %s", rill_forward_last_error(g->fw));
+    ck_assert_msg(err == RILL_OK, "ref: %s", rill_last_error(RILL_OK));
 }
 
 static void check_close(const float *got, const float *want, int n, double rel, const char *what) {
@@ -105,7 +105,7 @@ static void check_close(const float *got, const float *want, int n, double rel, 
 static const float *logits_of(rill_session_t *s) {
     const float *l = NULL;
     rill_err_t err = rill_session_logits(s, &l);
-    ck_assert_msg(err == RILL_OK, "logits: %s", rill_session_last_error(s));
+    ck_assert_msg(err == RILL_OK, "logits: %s", rill_last_error(RILL_OK));
     return l;
 }
 
@@ -329,7 +329,7 @@ static void random_ops(const char *model, int n_layer, int window, int pages) {
                 ck_assert_mem_eq(&st0, &st1, sizeof st0);
                 ck_assert_int_eq(rill_session_pool_n_free(g.pool), free0);
             } else {
-                ck_assert_msg(err == RILL_OK, "append: %s", rill_session_last_error(ss[b]));
+                ck_assert_msg(err == RILL_OK, "append: %s", rill_last_error(RILL_OK));
                 ref_push(toks[b], &n_tok[b], add, m, cap, 16, 32);
             }
         } else if (kind < 9) { /* rollback */
@@ -589,7 +589,7 @@ START_TEST(exhausted_budget_changes_nothing) {
     snap(&g, f, &c);
     /* Writing into the shared last page needs a copy, hence a page. */
     ck_assert_int_eq(rill_session_append(f, toks + 50, 1), RILL_EFULL);
-    ck_assert_ptr_nonnull(strstr(rill_session_last_error(f), "budget"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EFULL), "budget"));
     ck_assert_int_eq(rill_session_append(s, toks + 50, 1), RILL_EFULL);
     ck_assert_int_eq(rill_session_append(s, toks + 50, 30), RILL_EFULL);
     /* A query needs the fork's pages: RILL_EFULL, and s unchanged. */
@@ -722,7 +722,7 @@ START_TEST(arguments_are_checked) {
     ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
     const float *l = NULL;
     ck_assert_int_eq(rill_session_append(s, bad, 2), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(rill_session_last_error(s), "outside"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "outside"));
     ck_assert_int_eq(rill_session_rollback(s, 2), RILL_EINVAL);
     ck_assert_int_eq(rill_session_rollback(s, 0), RILL_OK);
     ck_assert_int_eq(rill_session_logits(s, &l), RILL_EAGAIN);
@@ -825,7 +825,7 @@ START_TEST(cancelled_step_changes_nothing) {
     rill_forward_set_cancel(rill_session_pool_forward(g.pool), &cancel);
     rill_session_step_t it[2] = { { s[0], 30, true }, { s[1], 30, false } };
     ck_assert_int_eq(rill_session_step(g.pool, it, 2), RILL_ECANCELED);
-    ck_assert_ptr_nonnull(strstr(rill_session_pool_last_error(g.pool), "cancelled"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_ECANCELED), "cancelled"));
     /* the pages the step took are back, but for the private copy of the page s[0] shares with
      * f, made before the pass (copy-on-write; the same rows, so nothing observable) */
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), free0 - 1);
@@ -888,7 +888,7 @@ START_TEST(step_batches_sessions_like_lone_appends) {
     ck_assert_int_eq(rill_session_step(g.pool, bad, 1), RILL_EINVAL);
     rill_session_step_t over[2] = { { s[0], 40, false }, { s[1], 40, false } };
     ck_assert_int_eq(rill_session_step(g.pool, over, 2), RILL_ERANGE); /* 80 > 64 */
-    ck_assert_ptr_nonnull(strstr(rill_session_pool_last_error(g.pool), "max_batch"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_ERANGE), "max_batch"));
     /* steps mixing the three until their queues are empty */
     while (rill_session_pending(s[0]) + rill_session_pending(s[1]) + rill_session_pending(s[2]) >
            0) {

@@ -233,7 +233,7 @@ static void ingest_mix(rig_t *g, rill_session_t *s, uint64_t seed, const char *s
                 err = rill_session_generate(s, &gen);
             }
         }
-        ck_assert_msg(err == RILL_OK, "step %d: %s", step, rill_session_last_error(s));
+        ck_assert_msg(err == RILL_OK, "step %d: %s", step, rill_last_error(RILL_OK));
         if (snap != NULL && step == 11) {
             ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
         }
@@ -243,9 +243,8 @@ static void ingest_mix(rig_t *g, rill_session_t *s, uint64_t seed, const char *s
 static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log,
                                   rill_session_fsync_t policy) {
     rill_session_t *r = NULL;
-    char msg[512] = "?";
-    rill_err_t err = rill_session_restore(g->pool, snap, log, policy, &r, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "restore: %s: %s", rill_err_name(err), msg);
+    rill_err_t err = rill_session_restore(g->pool, snap, log, policy, &r);
+    ck_assert_msg(err == RILL_OK, "restore: %s: %s", rill_err_name(err), rill_last_error(err));
     ck_assert_ptr_nonnull(r);
     return r;
 }
@@ -361,10 +360,8 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         ck_assert_int_eq(rill_session_append_text(u, "tail text", 9), RILL_OK);
         /* While r holds the log, nobody else may restore it. */
         rill_session_t *x = NULL;
-        char msg[512];
-        ck_assert_int_eq(
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_EVERYSEC, &x, msg, 512),
-            RILL_EBUSY);
+        ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_EVERYSEC, &x),
+                         RILL_EBUSY);
         ck_assert_ptr_null(x);
         rill_session_destroy(&r);
 
@@ -531,11 +528,10 @@ START_TEST(corruption_before_the_tail_is_an_error) {
         b[cases[c].off] ^= 0x01;
         test_write_file(log, b, len);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        rill_err_t err =
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
-        ck_assert_msg(err == cases[c].want && strstr(msg, cases[c].needle) != NULL,
-                      "flip at %zu: %s: %s", cases[c].off, rill_err_name(err), msg);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r);
+        ck_assert_msg(err == cases[c].want && strstr(rill_last_error(err), cases[c].needle) != NULL,
+                      "flip at %zu: %s: %s", cases[c].off, rill_err_name(err),
+                      rill_last_error(err));
         ck_assert_ptr_null(r);
         size_t len2 = 0;
         unsigned char *after = test_read_file(log, &len2);
@@ -568,12 +564,11 @@ START_TEST(corruption_before_the_tail_is_an_error) {
         test_write_file(log, b, len);
         free(b);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        rill_err_t err =
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
-        ck_assert_msg(err == forged[c].want && strstr(msg, forged[c].needle) != NULL &&
-                          strstr(msg, "offset 240") != NULL,
-                      "forged %zu: %s: %s", c, rill_err_name(err), msg);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r);
+        ck_assert_msg(err == forged[c].want &&
+                          strstr(rill_last_error(err), forged[c].needle) != NULL &&
+                          strstr(rill_last_error(err), "offset 240") != NULL,
+                      "forged %zu: %s: %s", c, rill_err_name(err), rill_last_error(err));
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
@@ -582,10 +577,8 @@ START_TEST(corruption_before_the_tail_is_an_error) {
     for (size_t n = 0; n < LOG_HDR; n += 9) {
         test_write_file(log, whole, n);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        ck_assert_int_eq(
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512),
-            RILL_EFORMAT);
+        ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r),
+                         RILL_EFORMAT);
         ck_assert_ptr_null(r);
     }
     free(whole);
@@ -616,11 +609,9 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
     for (size_t cut = 0; cut < len; cut += cut < 1024 ? 1 : cut + 16 >= len ? 1 : 97) {
         test_write_file(bad, whole, cut);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        rill_err_t err =
-            rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        rill_err_t err = rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r);
         ck_assert_msg(err == RILL_EFORMAT, "cut at %zu of %zu: %s: %s", cut, len,
-                      rill_err_name(err), msg);
+                      rill_err_name(err), rill_last_error(err));
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
@@ -635,14 +626,12 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
         test_write_file(bad, b, len);
         free(b);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        rill_err_t err =
-            rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        rill_err_t err = rill_session_restore(g.pool, bad, NULL, RILL_SESSION_FSYNC_NEVER, &r);
         ck_assert_msg(err == RILL_ECORRUPT || err == RILL_EFORMAT || err == RILL_EUNSUPPORTED,
-                      "flip at %zu: %s: %s", off, rill_err_name(err), msg);
+                      "flip at %zu: %s: %s", off, rill_err_name(err), rill_last_error(err));
         if (off >= 160 && off < len - 8) {
-            ck_assert_msg(err == RILL_ECORRUPT && strstr(msg, "offset") != NULL,
-                          "flip at %zu: %s: %s", off, rill_err_name(err), msg);
+            ck_assert_msg(err == RILL_ECORRUPT && strstr(rill_last_error(err), "offset") != NULL,
+                          "flip at %zu: %s: %s", off, rill_err_name(err), rill_last_error(err));
         }
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &before);
@@ -655,13 +644,11 @@ START_TEST(damaged_snapshots_are_refused_cleanly) {
     test_write_file(bad, b, len + 1);
     free(b);
     rill_session_t *r = NULL;
-    char msg[512];
-    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
-    ck_assert_int_eq(
-        rill_session_restore(g.pool, test_path_in(g_dir, "none"), NULL, 0, &r, msg, 512),
-        RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r), RILL_EFORMAT);
+    ck_assert_int_eq(rill_session_restore(g.pool, test_path_in(g_dir, "none"), NULL, 0, &r),
+                     RILL_ENOTFOUND);
     test_write_file(bad, "GGUF and so on, not a snapshot", 30);
-    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r, msg, 512), RILL_EFORMAT);
+    ck_assert_int_eq(rill_session_restore(g.pool, bad, NULL, 0, &r), RILL_EFORMAT);
     ck_assert_ptr_null(r);
     test_pool_same(g.pool, &before);
     free(whole);
@@ -703,11 +690,11 @@ START_TEST(another_model_is_refused) {
         const char *paths[3][2] = { { snap, NULL }, { NULL, log }, { snap, log } };
         for (int k = 0; k < 3; k++) {
             rill_session_t *r = NULL;
-            char msg[512] = "";
             rill_err_t err = rill_session_restore(g.pool, paths[k][0], paths[k][1],
-                                                  RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
-            ck_assert_msg(err == RILL_EUNSUPPORTED && strstr(msg, others[i].field) != NULL,
-                          "%s: %s: %s", others[i].model, rill_err_name(err), msg);
+                                                  RILL_SESSION_FSYNC_NEVER, &r);
+            ck_assert_msg(err == RILL_EUNSUPPORTED &&
+                              strstr(rill_last_error(err), others[i].field) != NULL,
+                          "%s: %s: %s", others[i].model, rill_err_name(err), rill_last_error(err));
             ck_assert_ptr_null(r);
         }
         ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
@@ -739,18 +726,17 @@ START_TEST(a_budget_too_small_is_efull_and_changes_nothing) {
     test_pool_view(g.pool, &before);
     int64_t live = rill_mem_stats_total().n_live;
     rill_session_t *r = NULL;
-    char msg[512] = "";
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
-    ck_assert_ptr_nonnull(strstr(msg, "pages"));
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EFULL), "pages"));
     ck_assert_ptr_null(r);
     test_pool_same(g.pool, &before);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     /* Now 5 free: the snapshot fits, the replay (7 pages) does not. */
     ck_assert_int_eq(rill_session_rollback(other, 80), RILL_OK);
     test_pool_view(g.pool, &before);
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r, msg, 512), RILL_EFULL);
-    ck_assert_ptr_nonnull(strstr(msg, "replaying record"));
-    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_EFULL);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log, 0, &r), RILL_EFULL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EFULL), "replaying record"));
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r), RILL_EFULL);
     ck_assert_ptr_null(r);
     test_pool_same(g.pool, &before);
     ck_assert_int_eq(rill_mem_stats_total().n_live, live);
@@ -834,12 +820,11 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     printf("allocation walk of restore (snapshot + log): %lld points\n", (long long)points);
     for (int64_t k = 1; k <= points; k++) {
         test_write_file(log, log_bytes, log_len);
-        char msg[512] = "";
         rill_mem_fail_nth(k);
-        rill_err_t err = rill_session_restore(g.pool, snap, log, 0, &r, msg, sizeof msg);
+        rill_err_t err = rill_session_restore(g.pool, snap, log, 0, &r);
         rill_mem_fail_nth(0);
         ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
-                      rill_err_name(err), msg);
+                      rill_err_name(err), rill_last_error(err));
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
@@ -857,12 +842,11 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     state_free(&got);
     rill_session_destroy(&r);
     for (int64_t k = 1; k <= points; k++) {
-        char msg[512] = "";
         rill_mem_fail_nth(k);
-        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r, msg, sizeof msg);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r);
         rill_mem_fail_nth(0);
         ck_assert_msg(err == RILL_ENOMEM, "allocation %lld: %s: %s", (long long)k,
-                      rill_err_name(err), msg);
+                      rill_err_name(err), rill_last_error(err));
         test_pool_same(g.pool, &before);
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
@@ -1028,10 +1012,9 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
     for (int64_t k = 1; k <= points; k++) {
         test_write_file(log, whole, len - 5);
         rill__session_io_fail_nth(k);
-        char msg[512];
-        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r, msg, sizeof msg);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, 0, &r);
         rill__session_io_fail_nth(0);
-        ck_assert_msg(err == RILL_EIO, "%s: %s", rill_err_name(err), msg);
+        ck_assert_msg(err == RILL_EIO, "%s: %s", rill_err_name(err), rill_last_error(err));
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &pv);
     }
@@ -1048,7 +1031,6 @@ START_TEST(arguments_and_pairing_are_checked) {
     const char *snap = test_path_in(g_dir, "j.snap"), *log = test_path_in(g_dir, "j.log"),
                *log2 = test_path_in(g_dir, "j2.log");
     rill_session_t *s = new_session(&g, 0, 0), *r = NULL;
-    char msg[512];
     ck_assert_int_eq(rill_session_open_log(NULL, log, 0), RILL_EINVAL);
     ck_assert_int_eq(rill_session_open_log(s, NULL, 0), RILL_EINVAL);
     ck_assert_int_eq(rill_session_open_log(s, log, (rill_session_fsync_t)7), RILL_EINVAL);
@@ -1060,11 +1042,11 @@ START_TEST(arguments_and_pairing_are_checked) {
                      RILL_ENOTFOUND);
     ck_assert_int_eq(rill_session_sync_log(s), RILL_OK);
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
-    ck_assert_int_eq(rill_session_restore(NULL, snap, NULL, 0, &r, msg, 512), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_restore(g.pool, NULL, NULL, 0, &r, msg, 512), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 0, NULL, msg, 512), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 9, &r, NULL, 0), RILL_EINVAL);
-    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_ENOTFOUND);
+    ck_assert_int_eq(rill_session_restore(NULL, snap, NULL, 0, &r), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, NULL, 0, &r), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 0, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, NULL, 9, &r), RILL_EINVAL);
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r), RILL_ENOTFOUND);
     ck_assert_int_eq(rill_session_seq(s), 0);
 
     /* Sequence numbers: one per input call that changed something. */
@@ -1082,8 +1064,8 @@ START_TEST(arguments_and_pairing_are_checked) {
     ck_assert(rill_session_has_log(s));
     ck_assert_int_eq(rill_session_append(s, t, 2), RILL_OK);
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
-    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r, msg, 512), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(msg, "begins at record 2"));
+    ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, 0, &r), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "begins at record 2"));
     ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK); /* covers records 1..2 */
     r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
     ck_assert_int_eq(rill_session_seq(r), 2);
@@ -1092,16 +1074,16 @@ START_TEST(arguments_and_pairing_are_checked) {
     ck_assert_int_eq(rill_session_open_log(s, log2, RILL_SESSION_FSYNC_NEVER), RILL_OK);
     ck_assert_int_eq(rill_session_append(s, t, 1), RILL_OK); /* record 4 */
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r, msg, 512), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(msg, "missing"));
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "missing"));
     rill_session_t *f = NULL;
     ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
     ck_assert(!rill_session_has_log(f));
     ck_assert_int_eq(rill_session_seq(f), 4);
     ck_assert_int_eq(rill_session_snapshot(f, snap), RILL_OK);
     rill_session_destroy(&s);
-    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r, msg, 512), RILL_EINVAL);
-    ck_assert_ptr_nonnull(strstr(msg, "another session"));
+    ck_assert_int_eq(rill_session_restore(g.pool, snap, log2, 0, &r), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "another session"));
     ck_assert_ptr_null(r);
     rill_session_destroy(&f);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));

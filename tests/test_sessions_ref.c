@@ -179,7 +179,7 @@ static bool run_case(const wcase_t *c) {
     for (int a = 0; a < c->n_appends && pt < c->n_points; a++) {
         ck_assert_int_le(at + c->appends[a], c->n_tokens);
         rill_err_t err = rill_session_append(s, c->tokens + at, c->appends[a]);
-        ck_assert_msg(err == RILL_OK, "%s: append %d: %s", c->name, a, rill_session_last_error(s));
+        ck_assert_msg(err == RILL_OK, "%s: append %d: %s", c->name, a, rill_last_error(RILL_OK));
         at += c->appends[a];
         if (a != c->points[pt]) {
             continue;

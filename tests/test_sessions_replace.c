@@ -262,7 +262,7 @@ static void push_text(script_t *sc, int64_t version, const char *t, size_t len) 
 static void s_text(rill_session_t *s, script_t *sc, const char *t) {
     int64_t v = rill_session_seq(s);
     ck_assert_msg(rill_session_append_text(s, t, strlen(t)) == RILL_OK, "text: %s",
-                  rill_session_last_error(s));
+                  rill_last_error(RILL_OK));
     ck_assert_int_eq(rill_session_seq(s), v + 1);
     push_text(sc, v + 1, t, strlen(t));
 }
@@ -309,7 +309,7 @@ static void s_replace(rill_session_t *s, script_t *sc, int64_t from, const char 
     int64_t v = rill_session_seq(s);
     rill_err_t err = rill_session_replace_text(s, from, t, len);
     ck_assert_msg(err == RILL_OK, "replace from %lld: %s: %s", (long long)from, rill_err_name(err),
-                  rill_session_last_error(s));
+                  rill_last_error(RILL_OK));
     ck_assert_int_eq(rill_session_seq(s), v + 1);
     script_drop_from(sc, from);
     push_text(sc, v + 1, t, len);
@@ -664,7 +664,7 @@ START_TEST(replace_in_a_window_that_has_evicted) {
     state_t before, after;
     capture(&g, a, &before);
     ck_assert_int_eq(rill_session_replace_text(a, first, "z", 1), RILL_ERANGE);
-    ck_assert_ptr_nonnull(strstr(rill_session_last_error(a), "evicted"));
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_ERANGE), "evicted"));
     capture(&g, a, &after);
     state_equal(&g, &before, &after, SAME_SEQ | SAME_SHARING, "an evicted replace");
     state_free(&before);
@@ -760,10 +760,10 @@ static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, si
         }
         ck_assert_msg(err == want, "%sreplace from %lld: %s, expected %s (%s)", fed ? "fed " : "",
                       (long long)from, rill_err_name(err), rill_err_name(want),
-                      rill_session_last_error(s));
+                      rill_last_error(RILL_OK));
         if (needle != NULL) {
-            ck_assert_msg(strstr(rill_session_last_error(s), needle) != NULL, "'%s' lacks '%s'",
-                          rill_session_last_error(s), needle);
+            ck_assert_msg(strstr(rill_last_error(RILL_OK), needle) != NULL, "'%s' lacks '%s'",
+                          rill_last_error(RILL_OK), needle);
         }
         capture(g, s, &after);
         state_equal(g, &before, &after, SAME_SEQ | SAME_SHARING, "a refused replace");
@@ -965,10 +965,8 @@ static int64_t replace_mix(rill_session_t *s, const char *snap) {
 
 static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log) {
     rill_session_t *r = NULL;
-    char msg[512] = "?";
-    rill_err_t err =
-        rill_session_restore(g->pool, snap, log, RILL_SESSION_FSYNC_NEVER, &r, msg, sizeof msg);
-    ck_assert_msg(err == RILL_OK, "restore: %s: %s", rill_err_name(err), msg);
+    rill_err_t err = rill_session_restore(g->pool, snap, log, RILL_SESSION_FSYNC_NEVER, &r);
+    ck_assert_msg(err == RILL_OK, "restore: %s: %s", rill_err_name(err), rill_last_error(err));
     return r;
 }
 
@@ -1103,11 +1101,9 @@ START_TEST(torn_and_damaged_replace_records) {
         test_write_file(log, b, last + REC_HDR + bad[c].len);
         free(b);
         rill_session_t *r = NULL;
-        char msg[512] = "";
-        rill_err_t err =
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
-        ck_assert_msg(err == bad[c].want && strstr(msg, bad[c].needle) != NULL, "case %zu: %s: %s",
-                      c, rill_err_name(err), msg);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r);
+        ck_assert_msg(err == bad[c].want && strstr(rill_last_error(err), bad[c].needle) != NULL,
+                      "case %zu: %s: %s", c, rill_err_name(err), rill_last_error(err));
         ck_assert_ptr_null(r);
         test_pool_same(g.pool, &pv);
     }
@@ -1143,10 +1139,8 @@ START_TEST(failures_while_replaying_and_logging_replace) {
         state_free(&before);
         state_free(&after);
         rill_session_destroy(&a); /* the log may be unusable now: start again from it */
-        char msg[512];
-        ck_assert_int_eq(
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_ALWAYS, &a, msg, 512),
-            RILL_OK);
+        ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_ALWAYS, &a),
+                         RILL_OK);
     }
     state_t want;
     capture(&g, a, &want);
@@ -1161,10 +1155,8 @@ START_TEST(failures_while_replaying_and_logging_replace) {
     int failed = 0;
     for (int64_t k = 1; k <= points; k++) {
         rill_session_t *r = NULL;
-        char msg[512];
         rill_mem_fail_nth(k);
-        rill_err_t err =
-            rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r, msg, 512);
+        rill_err_t err = rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r);
         rill_mem_fail_nth(0);
         if (err == RILL_OK) {
             state_t got;
@@ -1173,7 +1165,7 @@ START_TEST(failures_while_replaying_and_logging_replace) {
             state_free(&got);
             rill_session_destroy(&r);
         } else {
-            ck_assert_msg(err == RILL_ENOMEM, "%s: %s", rill_err_name(err), msg);
+            ck_assert_msg(err == RILL_ENOMEM, "%s: %s", rill_err_name(err), rill_last_error(err));
             ck_assert_ptr_null(r);
             failed++;
         }

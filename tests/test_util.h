@@ -436,10 +436,9 @@ static inline rill_err_t test_model_try_load(const char *name, rill_model_params
                                              rill_model_t **out, char *msg, size_t cap) {
     char path[TEST_PATH_MAX];
     test_model_path(path, sizeof path, name);
-    char why[256] = "";
-    rill_err_t err = rill_model_load(path, params, out, why, sizeof why);
+    rill_err_t err = rill_model_load(path, params, out);
     if (err != RILL_OK) {
-        test__msg(msg, cap, "%s: %s (%s)", path, why, rill_err_name(err));
+        test__msg(msg, cap, "%s: %s (%s)", path, rill_last_error(err), rill_err_name(err));
     }
     return err;
 }
@@ -522,12 +521,12 @@ static inline int test_engine_try(rill_model_t *model, const rill_tokenizer_t *t
     *pool = NULL;
     rill_err_t err = rill_backend_new(&p->backend, be);
     if (err != RILL_OK) {
-        test__msg(msg, cap, "backend: %s", rill_err_name(err));
+        test__msg(msg, cap, "backend: %s (%s)", rill_last_error(err), rill_err_name(err));
         return 3;
     }
     err = rill_forward_new(model, *be, &p->forward, fw);
     if (err != RILL_OK) {
-        test__msg(msg, cap, "forward: %s", rill_err_name(err));
+        test__msg(msg, cap, "forward: %s (%s)", rill_last_error(err), rill_err_name(err));
         rill_backend_destroy(be);
         return 4;
     }
@@ -536,7 +535,7 @@ static inline int test_engine_try(rill_model_t *model, const rill_tokenizer_t *t
         pp.tokenizer = p->pool_tokenizer ? tok : NULL;
         err = rill_session_pool_new(*fw, &pp, pool);
         if (err != RILL_OK) {
-            test__msg(msg, cap, "session pool: %s", rill_err_name(err));
+            test__msg(msg, cap, "session pool: %s (%s)", rill_last_error(err), rill_err_name(err));
             rill_forward_destroy(fw);
             rill_backend_destroy(be);
             return 5;
@@ -588,8 +587,9 @@ static inline int test_rig_try_model(test_rig_t *g, rill_model_t *model, void *f
     g->L = rill_model_hparams(model)->n_layer;
     int step = 0;
     if (p->tokenizer) {
-        rill_err_t err = rill_tokenizer_new(rill_model_gguf(model), &g->tok, msg, cap);
+        rill_err_t err = rill_tokenizer_new(rill_model_gguf(model), &g->tok);
         if (err != RILL_OK) {
+            test__msg(msg, cap, "tokenizer: %s (%s)", rill_last_error(err), rill_err_name(err));
             step = 2;
             goto fail;
         }
@@ -604,8 +604,7 @@ static inline int test_rig_try_model(test_rig_t *g, rill_model_t *model, void *f
             rill_kv_cache_new(g->fw, p->pool.kv_type, RILL_KV_PAGE_SIZE, n_pages, &g->kv) !=
                 RILL_OK) {
             test__msg(msg, cap, "contiguous cache of %d positions: %s", (int)p->ref_tokens,
-                      n_pages > TEST_RIG_MAX_REF_PAGES ? "too many"
-                                                       : rill_forward_last_error(g->fw));
+                      n_pages > TEST_RIG_MAX_REF_PAGES ? "too many" : rill_last_error(RILL_OK));
             step = 6;
             goto fail;
         }

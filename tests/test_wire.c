@@ -38,10 +38,9 @@ static void *exact(const void *p, size_t n) {
     return q;
 }
 
-static rill_err_t check_exact(const void *buf, size_t len, int depth, rill_msgpack_shape_t *sh,
-                              char *msg, size_t msglen) {
+static rill_err_t check_exact(const void *buf, size_t len, int depth, rill_msgpack_shape_t *sh) {
     void *q = exact(buf, len);
-    rill_err_t e = rill_msgpack_check(q, len, depth, sh, msg, msglen);
+    rill_err_t e = rill_msgpack_check(q, len, depth, sh);
     free(q);
     return e;
 }
@@ -110,27 +109,26 @@ START_TEST(msgpack_check_accepts_every_type) {
     msgpack_pack_int(&pk, 7);
     msgpack_pack_int(&pk, 127);
     rill_msgpack_shape_t sh;
-    char msg[160];
-    ck_assert_int_eq(check_exact(sb.data, sb.size, 3, &sh, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(check_exact(sb.data, sb.size, 3, &sh), RILL_OK);
     ck_assert_int_eq(sh.top, RILL_MSGPACK_ARRAY);
     ck_assert_str_eq(sh.top_what, "array");
     ck_assert_uint_eq(sh.top_count, 22);
-    ck_assert_str_eq(msg, "");
     /* one level less is too deep for the map's array */
-    ck_assert_int_eq(check_exact(sb.data, sb.size, 2, &sh, msg, sizeof msg), RILL_EFORMAT);
-    ck_assert_msg(strstr(msg, "nested 3 deep (max_depth 2)") != NULL, "%s", msg);
+    ck_assert_int_eq(check_exact(sb.data, sb.size, 2, &sh), RILL_EFORMAT);
+    ck_assert_msg(strstr(rill_last_error(RILL_EFORMAT), "nested 3 deep (max_depth 2)") != NULL,
+                  "%s", rill_last_error(RILL_EFORMAT));
     ck_assert_int_eq(sh.element, 20);
     /* every cut is truncated, nothing reads past it */
     for (size_t cut = 0; cut < sb.size; cut += cut < 2000 ? 1 : 997) {
-        ck_assert_msg(check_exact(sb.data, cut, 3, NULL, NULL, 0) == RILL_EFORMAT, "cut %zu", cut);
+        ck_assert_msg(check_exact(sb.data, cut, 3, NULL) == RILL_EFORMAT, "cut %zu", cut);
     }
     msgpack_sbuffer_destroy(&sb);
 
     /* scalars at the top; a map's count of pairs */
-    ck_assert_int_eq(check_exact("\xc0", 1, 1, &sh, NULL, 0), RILL_OK);
+    ck_assert_int_eq(check_exact("\xc0", 1, 1, &sh), RILL_OK);
     ck_assert_int_eq(sh.top, RILL_MSGPACK_SCALAR);
     ck_assert_str_eq(sh.top_what, "nil");
-    ck_assert_int_eq(check_exact("\x82\x01\x02\x03\x04", 5, 1, &sh, NULL, 0), RILL_OK);
+    ck_assert_int_eq(check_exact("\x82\x01\x02\x03\x04", 5, 1, &sh), RILL_OK);
     ck_assert_int_eq(sh.top, RILL_MSGPACK_MAP);
     ck_assert_uint_eq(sh.top_count, 2);
 }
@@ -138,7 +136,6 @@ END_TEST
 
 START_TEST(msgpack_check_refuses_what_does_not_fit) {
     rill_msgpack_shape_t sh;
-    char msg[160];
     const struct {
         const char *b;
         size_t n;
@@ -161,39 +158,35 @@ START_TEST(msgpack_check_refuses_what_does_not_fit) {
         { "\x91\x91\x91\xc0", 4, "nested 3 deep (max_depth 2)", 2 },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        rill_err_t e = check_exact(bad[i].b, bad[i].n, 2, &sh, msg, sizeof msg);
+        rill_err_t e = check_exact(bad[i].b, bad[i].n, 2, &sh);
         ck_assert_msg(e == RILL_EFORMAT, "case %zu: %d", i, (int)e);
-        ck_assert_msg(strstr(msg, bad[i].sub) != NULL, "case %zu: '%s' lacks '%s'", i, msg,
-                      bad[i].sub);
+        ck_assert_msg(strstr(rill_last_error(RILL_EFORMAT), bad[i].sub) != NULL,
+                      "case %zu: '%s' lacks '%s'", i, rill_last_error(RILL_EFORMAT), bad[i].sub);
         ck_assert_msg(sh.at == bad[i].at, "case %zu: at %zu, want %zu", i, sh.at, bad[i].at);
     }
     /* the element of a top-level array where it was found */
-    ck_assert_int_eq(check_exact("\x93\x01\x02\xd9\x09", 5, 2, &sh, msg, sizeof msg), RILL_EFORMAT);
+    ck_assert_int_eq(check_exact("\x93\x01\x02\xd9\x09", 5, 2, &sh), RILL_EFORMAT);
     ck_assert_int_eq(sh.element, 2);
     /* arguments */
-    ck_assert_int_eq(rill_msgpack_check(NULL, 1, 2, &sh, msg, sizeof msg), RILL_EINVAL);
-    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, 0, &sh, msg, sizeof msg), RILL_EINVAL);
-    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, RILL_MSGPACK_MAX_DEPTH + 1, NULL, NULL, 0),
-                     RILL_EINVAL);
-    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, RILL_MSGPACK_MAX_DEPTH, NULL, NULL, 0), RILL_OK);
+    ck_assert_int_eq(rill_msgpack_check(NULL, 1, 2, &sh), RILL_EINVAL);
+    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, 0, &sh), RILL_EINVAL);
+    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, RILL_MSGPACK_MAX_DEPTH + 1, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_msgpack_check("\xc0", 1, RILL_MSGPACK_MAX_DEPTH, NULL), RILL_OK);
     /* the deepest nesting msgpack-c can hold, and one more */
     char deep[RILL_MSGPACK_MAX_DEPTH + 2];
     memset(deep, 0x91, sizeof deep);
     deep[RILL_MSGPACK_MAX_DEPTH] = '\xc0';
-    ck_assert_int_eq(
-        check_exact(deep, RILL_MSGPACK_MAX_DEPTH + 1, RILL_MSGPACK_MAX_DEPTH, NULL, NULL, 0),
-        RILL_OK);
+    ck_assert_int_eq(check_exact(deep, RILL_MSGPACK_MAX_DEPTH + 1, RILL_MSGPACK_MAX_DEPTH, NULL),
+                     RILL_OK);
     deep[RILL_MSGPACK_MAX_DEPTH] = '\x91';
     deep[RILL_MSGPACK_MAX_DEPTH + 1] = '\xc0';
-    ck_assert_int_eq(check_exact(deep, sizeof deep, RILL_MSGPACK_MAX_DEPTH, NULL, NULL, 0),
-                     RILL_EFORMAT);
+    ck_assert_int_eq(check_exact(deep, sizeof deep, RILL_MSGPACK_MAX_DEPTH, NULL), RILL_EFORMAT);
 }
 END_TEST
 
 /* ---- the tick record ------------------------------------------------------------------------ */
 
 START_TEST(tick_check_rules) {
-    char why[160];
     /* accepted boundaries */
     const rill_tick_t ok[] = {
         mk("AAPL", 1, 1.0, 1, RILL_SIDE_BUY),
@@ -202,9 +195,7 @@ START_TEST(tick_check_rules) {
         mk("BRK.B/X_1-2", 1704205800000000000, 1e-9, 200, RILL_SIDE_UNKNOWN),
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        strcpy(why, "junk");
-        ck_assert_msg(rill_tick_check(&ok[i], why, sizeof why) == RILL_OK, "%zu: %s", i, why);
-        ck_assert_str_eq(why, "");
+        ck_assert_msg(rill_tick_check(&ok[i]) == RILL_OK, "%zu: %s", i, rill_last_error(RILL_OK));
     }
     /* each field, its code and its message */
     const struct {
@@ -228,24 +219,25 @@ START_TEST(tick_check_rules) {
         { mk("AAPL", 1, 1.0, 1, (rill_side_t)7), RILL_EINVAL, "field 'side'" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        rill_err_t e = rill_tick_check(&bad[i].t, why, sizeof why);
-        ck_assert_msg(e == bad[i].code, "case %zu: %d (%s)", i, (int)e, why);
-        ck_assert_msg(strstr(why, bad[i].sub) != NULL, "case %zu: '%s' lacks '%s'", i, why,
-                      bad[i].sub);
-        ck_assert_int_eq(rill_tick_check(&bad[i].t, NULL, 0), bad[i].code);
+        rill_err_t e = rill_tick_check(&bad[i].t);
+        ck_assert_msg(e == bad[i].code, "case %zu: %d (%s)", i, (int)e, rill_last_error(RILL_OK));
+        ck_assert_msg(strstr(rill_last_error(RILL_OK), bad[i].sub) != NULL,
+                      "case %zu: '%s' lacks '%s'", i, rill_last_error(RILL_OK), bad[i].sub);
+        ck_assert_int_eq(rill_tick_check(&bad[i].t), bad[i].code);
     }
     rill_tick_t t = mk("AAPL", 1, 1.0, 1, RILL_SIDE_BUY);
     memset(t.symbol, 'A', sizeof t.symbol); /* no NUL */
-    ck_assert_int_eq(rill_tick_check(&t, why, sizeof why), RILL_ERANGE);
-    ck_assert_int_eq(rill_tick_check(NULL, why, sizeof why), RILL_EINVAL);
+    ck_assert_int_eq(rill_tick_check(&t), RILL_ERANGE);
+    ck_assert_int_eq(rill_tick_check(NULL), RILL_EINVAL);
 
     /* the field checks one by one, on bytes that are not NUL-terminated */
-    ck_assert_int_eq(rill_tick_check_symbol("MSFTX", 4, why, sizeof why), RILL_OK);
-    ck_assert_int_eq(rill_tick_check_symbol("ABCDEFGHIJKLMNOP", 16, why, sizeof why), RILL_ERANGE);
-    ck_assert_msg(strstr(why, "(got 16: 'ABCDEFGHIJKLMNOP')") != NULL, "%s", why);
-    ck_assert_int_eq(rill_tick_check_ts(1, why, sizeof why), RILL_OK);
-    ck_assert_int_eq(rill_tick_check_price(RILL_MARKET_PRICE_MAX, why, sizeof why), RILL_OK);
-    ck_assert_int_eq(rill_tick_check_size(RILL_MARKET_SIZE_MAX, why, sizeof why), RILL_OK);
+    ck_assert_int_eq(rill_tick_check_symbol("MSFTX", 4), RILL_OK);
+    ck_assert_int_eq(rill_tick_check_symbol("ABCDEFGHIJKLMNOP", 16), RILL_ERANGE);
+    ck_assert_msg(strstr(rill_last_error(RILL_ERANGE), "(got 16: 'ABCDEFGHIJKLMNOP')") != NULL,
+                  "%s", rill_last_error(RILL_ERANGE));
+    ck_assert_int_eq(rill_tick_check_ts(1), RILL_OK);
+    ck_assert_int_eq(rill_tick_check_price(RILL_MARKET_PRICE_MAX), RILL_OK);
+    ck_assert_int_eq(rill_tick_check_size(RILL_MARKET_SIZE_MAX), RILL_OK);
     rill_side_t side = RILL_SIDE_BUY;
     const struct {
         const char *s;
@@ -256,14 +248,15 @@ START_TEST(tick_check_rules) {
                   { "s", RILL_SIDE_SELL },
                   { "", RILL_SIDE_UNKNOWN } };
     for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
-        ck_assert_int_eq(
-            rill_tick_parse_side(sides[i].s, strlen(sides[i].s), &side, why, sizeof why), RILL_OK);
+        ck_assert_int_eq(rill_tick_parse_side(sides[i].s, strlen(sides[i].s), &side), RILL_OK);
         ck_assert_int_eq(side, sides[i].want);
     }
     side = RILL_SIDE_SELL;
-    ck_assert_int_eq(rill_tick_parse_side("buy", 3, &side, why, sizeof why), RILL_EINVAL);
+    ck_assert_int_eq(rill_tick_parse_side("buy", 3, &side), RILL_EINVAL);
     ck_assert_int_eq(side, RILL_SIDE_SELL); /* untouched */
-    ck_assert_msg(strstr(why, "must be B, S, b, s or empty (got 'buy')") != NULL, "%s", why);
+    ck_assert_msg(strstr(rill_last_error(RILL_EINVAL), "must be B, S, b, s or empty (got 'buy')") !=
+                      NULL,
+                  "%s", rill_last_error(RILL_OK));
 
     /* quoting: ASCII whatever the bytes, cut after 24 */
     char q[128];
@@ -303,7 +296,7 @@ START_TEST(tick_encode) {
     ck_assert_int_eq(rill_tick_encode(t, N, true, buf, (size_t)len), len);
 
     /* the form: an array of maps, keys in order, price float64, side absent when unknown */
-    ck_assert_int_eq(check_exact(buf, (size_t)len, 2, NULL, NULL, 0), RILL_OK);
+    ck_assert_int_eq(check_exact(buf, (size_t)len, 2, NULL), RILL_OK);
     msgpack_zone z;
     msgpack_zone_init(&z, 4096);
     msgpack_object o;
@@ -380,11 +373,10 @@ static void req_begin(req_t *r, const char *cmd, int n_args) {
     msgpack_pack_map(&r->pk, (size_t)n_args);
 }
 
-static rill_err_t decode(rill_proto_dec_t *d, req_t *r, rill_proto_req_t *out, char *msg,
-                         size_t msglen) {
+static rill_err_t decode(rill_proto_dec_t *d, req_t *r, rill_proto_req_t *out) {
     free(r->copy);
     r->copy = exact(r->sb.data, r->sb.size);
-    return rill_proto_decode(d, r->copy, r->sb.size, out, msg, msglen);
+    return rill_proto_decode(d, r->copy, r->sb.size, out);
 }
 
 static void req_end(req_t *r) {
@@ -401,7 +393,6 @@ START_TEST(proto_decodes_every_command) {
     rill_proto_dec_t *d = NULL;
     ck_assert_int_eq(rill_proto_dec_new(1 << 20, &d), RILL_OK);
     rill_proto_req_t r;
-    char msg[300];
     req_t q;
 
     req_begin(&q, "session.create", 4);
@@ -413,7 +404,7 @@ START_TEST(proto_decodes_every_command) {
     msgpack_pack_int(&q.pk, 4);
     pk_s(&q.pk, "system");
     pk_s(&q.pk, "be brief");
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_int_eq(r.cmd, RILL_PROTO_SESSION_CREATE);
     ck_assert_uint_eq(r.id, 77);
     ck_assert_uint_eq(r.present, RILL_PROTO_HAS_SESSION | RILL_PROTO_HAS_WINDOW |
@@ -426,7 +417,7 @@ START_TEST(proto_decodes_every_command) {
     req_begin(&q, "session.create", 1);
     pk_s(&q.pk, "model");
     pk_s(&q.pk, "asr-whisper.base");
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_uint_eq(r.present, RILL_PROTO_HAS_MODEL);
     ck_assert(str_is(r.model, "asr-whisper.base"));
     req_end(&q);
@@ -438,7 +429,7 @@ START_TEST(proto_decodes_every_command) {
     msgpack_pack_uint64(&q.pk, (uint64_t)INT64_MAX);
     pk_s(&q.pk, "text");
     pk_s(&q.pk, "");
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_int_eq(r.cmd, RILL_PROTO_INGEST_REPLACE);
     ck_assert_str_eq(rill_proto_cmd_name(r.cmd), "ingest.replace");
     ck_assert_int_eq(r.from_version, INT64_MAX);
@@ -452,7 +443,7 @@ START_TEST(proto_decodes_every_command) {
     pk_s(&q.pk, "caf\xc3\xa9");
     pk_s(&q.pk, "flush");
     msgpack_pack_true(&q.pk);
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_int_eq(r.cmd, RILL_PROTO_INGEST_TEXT);
     ck_assert(str_is(r.text, "caf\xc3\xa9") && r.flush);
     req_end(&q);
@@ -468,7 +459,7 @@ START_TEST(proto_decodes_every_command) {
     pk_s(&q.pk, "s");
     pk_s(&q.pk, "ticks");
     msgpack_sbuffer_write(&q.sb, (const char *)ticks, (size_t)tl);
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_int_eq(r.cmd, RILL_PROTO_INGEST_TICKS);
     ck_assert_uint_eq(r.ticks_len, (size_t)tl);
     ck_assert(memcmp(r.ticks, ticks, (size_t)tl) == 0);
@@ -481,7 +472,7 @@ START_TEST(proto_decodes_every_command) {
     pk_s(&q.pk, "why?");
     pk_s(&q.pk, "max_tokens");
     msgpack_pack_int(&q.pk, RILL_PROTO_MAX_TOKENS);
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_int_eq(r.cmd, RILL_PROTO_ASK);
     ck_assert(str_is(r.question, "why?"));
     ck_assert_int_eq(r.max_tokens, RILL_PROTO_MAX_TOKENS);
@@ -492,7 +483,7 @@ START_TEST(proto_decodes_every_command) {
     pk_s(&q.pk, "s");
     pk_s(&q.pk, "qid");
     msgpack_pack_uint64(&q.pk, UINT64_MAX);
-    ck_assert_msg(decode(d, &q, &r, msg, sizeof msg) == RILL_OK, "%s", msg);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
     ck_assert_uint_eq(r.qid, UINT64_MAX);
     req_end(&q);
 
@@ -502,13 +493,12 @@ START_TEST(proto_decodes_every_command) {
     }
     ck_assert_ptr_null(rill_proto_cmd_name(RILL_PROTO_N_CMDS));
     req_begin(&q, "server.stats", 0);
-    ck_assert_int_eq(decode(d, &q, &r, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(decode(d, &q, &r), RILL_OK);
     ck_assert_int_eq(r.cmd, RILL_PROTO_SERVER_STATS);
     req_end(&q);
     static const char no_args[] = "\x83\xa1v\x01\xa2id\x05\xa3"
                                   "cmd\xacsession.list";
-    ck_assert_int_eq(rill_proto_decode(d, no_args, sizeof no_args - 1, &r, msg, sizeof msg),
-                     RILL_OK);
+    ck_assert_int_eq(rill_proto_decode(d, no_args, sizeof no_args - 1, &r), RILL_OK);
     ck_assert_int_eq(r.cmd, RILL_PROTO_SESSION_LIST);
     ck_assert_uint_eq(r.id, 5);
     rill_proto_dec_destroy(&d);
@@ -533,10 +523,11 @@ static void expect_req(rill_proto_dec_t *d, const char *cmd, const char *key, pa
     pk_s(&q.pk, key);
     fn(&q.pk);
     rill_proto_req_t r;
-    char msg[300];
-    rill_err_t e = decode(d, &q, &r, msg, sizeof msg);
-    ck_assert_msg(e == code, "%s %s: %d (%s), want %d", cmd, key, (int)e, msg, (int)code);
-    ck_assert_msg(strstr(msg, sub) != NULL, "%s %s: '%s' lacks '%s'", cmd, key, msg, sub);
+    rill_err_t e = decode(d, &q, &r);
+    ck_assert_msg(e == code, "%s %s: %d (%s), want %d", cmd, key, (int)e, rill_last_error(RILL_OK),
+                  (int)code);
+    ck_assert_msg(strstr(rill_last_error(RILL_OK), sub) != NULL, "%s %s: '%s' lacks '%s'", cmd, key,
+                  rill_last_error(RILL_OK), sub);
     ck_assert_uint_eq(r.id, 77); /* every error reply can carry the id */
     req_end(&q);
 }
@@ -627,14 +618,12 @@ START_TEST(proto_refuses_bad_requests) {
     expect_req(d, "ingest.t\xbbxt", "session", p_empty, RILL_EINVAL, "'ingest.t\xbbxt'");
 
     rill_proto_req_t r;
-    char msg[300];
     static const char needs[] = "\x84\xa1v\x01\xa2id\x09\xa3"
                                 "cmd\xa3"
                                 "ask\xa4"
                                 "args\x81\xa7session\xa1s";
-    ck_assert_int_eq(rill_proto_decode(d, needs, sizeof needs - 1, &r, msg, sizeof msg),
-                     RILL_EINVAL);
-    ck_assert_str_eq(msg, "ask needs args.question");
+    ck_assert_int_eq(rill_proto_decode(d, needs, sizeof needs - 1, &r), RILL_EINVAL);
+    ck_assert_str_eq(rill_last_error(RILL_EINVAL), "ask needs args.question");
     ck_assert_uint_eq(r.id, 9);
     /* the envelope: id first, then v, then the rest */
     const struct {
@@ -674,25 +663,26 @@ START_TEST(proto_refuses_bad_requests) {
     };
     for (size_t i = 0; i < sizeof env / sizeof env[0]; i++) {
         void *b = exact(env[i].b, env[i].n);
-        rill_err_t e = rill_proto_decode(d, b, env[i].n, &r, msg, sizeof msg);
+        rill_err_t e = rill_proto_decode(d, b, env[i].n, &r);
         free(b);
-        ck_assert_msg(e == env[i].code, "case %zu: %d (%s)", i, (int)e, msg);
-        ck_assert_msg(strstr(msg, env[i].msg) != NULL, "case %zu: '%s'", i, msg);
+        ck_assert_msg(e == env[i].code, "case %zu: %d (%s)", i, (int)e, rill_last_error(RILL_OK));
+        ck_assert_msg(strstr(rill_last_error(RILL_OK), env[i].msg) != NULL, "case %zu: '%s'", i,
+                      rill_last_error(RILL_OK));
         ck_assert_uint_eq(r.id, env[i].id);
     }
     /* a frame above the decoder's limit, before it is looked at */
     rill_proto_dec_t *small = NULL;
     ck_assert_int_eq(rill_proto_dec_new(16, &small), RILL_OK);
-    ck_assert_int_eq(rill_proto_decode(small, needs, sizeof needs - 1, &r, msg, sizeof msg),
-                     RILL_ERANGE);
-    ck_assert_msg(strstr(msg, "at most 16") != NULL, "%s", msg);
+    ck_assert_int_eq(rill_proto_decode(small, needs, sizeof needs - 1, &r), RILL_ERANGE);
+    ck_assert_msg(strstr(rill_last_error(RILL_ERANGE), "at most 16") != NULL, "%s",
+                  rill_last_error(RILL_ERANGE));
     rill_proto_dec_destroy(&small);
     /* arguments */
     ck_assert_int_eq(rill_proto_dec_new(15, &small), RILL_EINVAL);
     ck_assert_int_eq(rill_proto_dec_new(1024, NULL), RILL_EINVAL);
-    ck_assert_int_eq(rill_proto_decode(NULL, needs, 3, &r, msg, sizeof msg), RILL_EINVAL);
-    ck_assert_int_eq(rill_proto_decode(d, NULL, 3, &r, msg, sizeof msg), RILL_EINVAL);
-    ck_assert_int_eq(rill_proto_decode(d, needs, 3, NULL, msg, sizeof msg), RILL_EINVAL);
+    ck_assert_int_eq(rill_proto_decode(NULL, needs, 3, &r), RILL_EINVAL);
+    ck_assert_int_eq(rill_proto_decode(d, NULL, 3, &r), RILL_EINVAL);
+    ck_assert_int_eq(rill_proto_decode(d, needs, 3, NULL), RILL_EINVAL);
     rill_proto_dec_destroy(&d);
 
     /* the decoder's allocation failing: RILL_ENOMEM, *out NULL, nothing left allocated */
@@ -996,9 +986,8 @@ static void expect_pack(const char *in, size_t n, size_t hdr, uint8_t type) {
     ck_assert_uint_eq(sb.size, hdr + elen);
     ck_assert_int_eq((uint8_t)sb.data[0] & (hdr == 1 ? 0xe0 : 0xff), type);
     rill_msgpack_shape_t sh;
-    char msg[160];
-    ck_assert_msg(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh, msg, sizeof msg) == RILL_OK,
-                  "%s", msg);
+    ck_assert_msg(rill_msgpack_check_utf8(sb.data, sb.size, 1, &sh) == RILL_OK, "%s",
+                  rill_last_error(RILL_OK));
     msgpack_zone z;
     msgpack_zone_init(&z, 1024);
     msgpack_object o;
@@ -1062,10 +1051,9 @@ START_TEST(msgpack_check_utf8_refuses_bad_strs) {
     pk_s(&pk, "result");
     msgpack_pack_bin_with_body(&pk, "\xff\xfe", 2); /* bin is bytes: not checked */
     rill_msgpack_shape_t sh;
-    char msg[160];
-    ck_assert_int_eq(check_exact(sb.data, sb.size, 2, &sh, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(check_exact(sb.data, sb.size, 2, &sh), RILL_OK);
     void *q = exact(sb.data, sb.size);
-    ck_assert_int_eq(rill_msgpack_check_utf8(q, sb.size, 2, &sh, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_msgpack_check_utf8(q, sb.size, 2, &sh), RILL_OK);
     free(q);
     msgpack_sbuffer_destroy(&sb);
 
@@ -1084,18 +1072,20 @@ START_TEST(msgpack_check_utf8_refuses_bad_strs) {
         { "\x92\x01\xa2\xe2\x82", 5, 2, "(byte 3)" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ck_assert_int_eq(check_exact(bad[i].b, bad[i].n, 2, NULL, NULL, 0), RILL_OK);
+        ck_assert_int_eq(check_exact(bad[i].b, bad[i].n, 2, NULL), RILL_OK);
         q = exact(bad[i].b, bad[i].n);
-        rill_err_t e = rill_msgpack_check_utf8(q, bad[i].n, 2, &sh, msg, sizeof msg);
+        rill_err_t e = rill_msgpack_check_utf8(q, bad[i].n, 2, &sh);
         free(q);
         ck_assert_msg(e == RILL_EFORMAT, "case %zu", i);
         ck_assert_msg(sh.at == bad[i].at, "case %zu: at %zu", i, sh.at);
-        ck_assert_msg(strstr(msg, bad[i].sub) != NULL, "case %zu: '%s'", i, msg);
+        ck_assert_msg(strstr(rill_last_error(RILL_EFORMAT), bad[i].sub) != NULL, "case %zu: '%s'",
+                      i, rill_last_error(RILL_OK));
     }
     /* structure errors come out as from rill_msgpack_check */
-    ck_assert_int_eq(rill_msgpack_check_utf8("\xc1", 1, 2, &sh, msg, sizeof msg), RILL_EFORMAT);
-    ck_assert_msg(strstr(msg, "0xc1") != NULL, "%s", msg);
-    ck_assert_int_eq(rill_msgpack_check_utf8(NULL, 1, 2, &sh, msg, sizeof msg), RILL_EINVAL);
+    ck_assert_int_eq(rill_msgpack_check_utf8("\xc1", 1, 2, &sh), RILL_EFORMAT);
+    ck_assert_msg(strstr(rill_last_error(RILL_EFORMAT), "0xc1") != NULL, "%s",
+                  rill_last_error(RILL_EFORMAT));
+    ck_assert_int_eq(rill_msgpack_check_utf8(NULL, 1, 2, &sh), RILL_EINVAL);
 }
 END_TEST
 
@@ -1146,22 +1136,21 @@ START_TEST(curve_key_files) {
     ck_assert_uint_eq(strlen(key), 40);
 
     ck_assert(test_tmpdir_make(g_dir, sizeof g_dir, "test-wire"));
-    char z[41], msg[300];
+    char z[41];
     char text[200];
 
     /* as rill keygen writes it, and with whitespace around */
     snprintf(text, sizeof text, "%s\n", key);
     const char *p = write_file("a.pub", text, strlen(text));
     memset(got, 0, sizeof got);
-    ck_assert_int_eq(rill_curve_key_read(p, z, got, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_curve_key_read(p, z, got), RILL_OK);
     ck_assert_str_eq(z, key);
     ck_assert(memcmp(got, raw, 32) == 0);
-    ck_assert_str_eq(msg, "");
     snprintf(text, sizeof text, " \t\r\n%s\r\n\n  ", key);
     p = write_file("b.pub", text, strlen(text));
-    ck_assert_int_eq(rill_curve_key_read(p, z, NULL, msg, sizeof msg), RILL_OK);
+    ck_assert_int_eq(rill_curve_key_read(p, z, NULL), RILL_OK);
     ck_assert_str_eq(z, key);
-    ck_assert_int_eq(rill_curve_key_read(p, NULL, NULL, NULL, 0), RILL_OK);
+    ck_assert_int_eq(rill_curve_key_read(p, NULL, NULL), RILL_OK);
 
     /* files that are not one key: each RILL_EFORMAT, the outputs untouched */
     char padded[RILL_CURVE_KEY_FILE + 100];
@@ -1208,10 +1197,11 @@ START_TEST(curve_key_files) {
         p = write_file(bad[i].name, data, n);
         strcpy(z, "untouched");
         memset(got, 7, sizeof got);
-        rill_err_t e = rill_curve_key_read(p, z, got, msg, sizeof msg);
+        rill_err_t e = rill_curve_key_read(p, z, got);
         ck_assert_msg(e == RILL_EFORMAT, "%s: %d", bad[i].name, (int)e);
-        ck_assert_msg(strstr(msg, p) != NULL && strstr(msg, "not a Z85 key file") != NULL, "%s",
-                      msg);
+        ck_assert_msg(strstr(rill_last_error(RILL_EFORMAT), p) != NULL &&
+                          strstr(rill_last_error(RILL_EFORMAT), "not a Z85 key file") != NULL,
+                      "%s", rill_last_error(RILL_EFORMAT));
         ck_assert_str_eq(z, "untouched");
         ck_assert_int_eq(got[0], 7);
         if (strcmp(bad[i].name, "long") != 0) { /* a key and whitespace: too long as a file only */
@@ -1227,11 +1217,14 @@ START_TEST(curve_key_files) {
     /* files that cannot be read */
     char missing[160];
     snprintf(missing, sizeof missing, "%s/missing.key", g_dir);
-    ck_assert_int_eq(rill_curve_key_read(missing, z, got, msg, sizeof msg), RILL_EIO);
-    ck_assert_msg(strstr(msg, missing) != NULL && strstr(msg, "No such file") != NULL, "%s", msg);
-    ck_assert_int_eq(rill_curve_key_read(g_dir, z, got, msg, sizeof msg), RILL_EIO);
-    ck_assert_msg(strstr(msg, "directory") != NULL, "%s", msg);
-    ck_assert_int_eq(rill_curve_key_read(NULL, z, got, msg, sizeof msg), RILL_EINVAL);
+    ck_assert_int_eq(rill_curve_key_read(missing, z, got), RILL_EIO);
+    ck_assert_msg(strstr(rill_last_error(RILL_EIO), missing) != NULL &&
+                      strstr(rill_last_error(RILL_EIO), "No such file") != NULL,
+                  "%s", rill_last_error(RILL_EIO));
+    ck_assert_int_eq(rill_curve_key_read(g_dir, z, got), RILL_EIO);
+    ck_assert_msg(strstr(rill_last_error(RILL_EIO), "directory") != NULL, "%s",
+                  rill_last_error(RILL_EIO));
+    ck_assert_int_eq(rill_curve_key_read(NULL, z, got), RILL_EINVAL);
 
     const char *names[] = { "a.pub", "b.pub", "empty", "blank", "short",
                             "two",   "long",  "nul",   "tilde", "overflow" };

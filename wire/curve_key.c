@@ -63,8 +63,8 @@ rill_err_t rill_curve_key_parse(const char *text, size_t len, char z85[RILL_CURV
     return RILL_OK;
 }
 
-rill_err_t rill_curve_key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1], uint8_t raw[32],
-                               char *msg, size_t msglen) {
+static rill_err_t key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1], uint8_t raw[32],
+                           char *msg, size_t msglen) {
     if (msg != NULL && msglen > 0) {
         msg[0] = '\0';
     }
@@ -101,4 +101,10 @@ rill_err_t rill_curve_key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1
         return RILL_EFORMAT;
     }
     return RILL_OK;
+}
+
+rill_err_t rill_curve_key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1],
+                               uint8_t raw[32]) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(key_read(path, z85, raw, msg, sizeof msg), msg);
 }

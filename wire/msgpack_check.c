@@ -253,12 +253,24 @@ static rill_err_t check(const void *buf, size_t len, int max_depth, bool utf8,
     return RILL_OK;
 }
 
-rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
+static rill_err_t check_plain(const void *buf, size_t len, int max_depth,
                               rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
     return check(buf, len, max_depth, false, shape, msg, msglen);
 }
 
-rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
-                                   rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
+rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
+                              rill_msgpack_shape_t *shape) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_plain(buf, len, max_depth, shape, msg, sizeof msg), msg);
+}
+
+static rill_err_t check_utf8(const void *buf, size_t len, int max_depth,
+                             rill_msgpack_shape_t *shape, char *msg, size_t msglen) {
     return check(buf, len, max_depth, true, shape, msg, msglen);
+}
+
+rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
+                                   rill_msgpack_shape_t *shape) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_utf8(buf, len, max_depth, shape, msg, sizeof msg), msg);
 }

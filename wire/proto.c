@@ -275,7 +275,7 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
     return RILL_EINTERNAL;
 }
 
-rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
+static rill_err_t decode_buf(rill_proto_dec_t *d, const void *buf, size_t len,
                              rill_proto_req_t *req, char *msg, size_t msglen) {
     if (msg != NULL && msglen > 0) {
         msg[0] = '\0';
@@ -288,7 +288,10 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
         return fail(msg, msglen, RILL_ERANGE, "frame of %zu bytes (at most %zu)", len,
                     d->max_bytes);
     }
-    rill_err_t err = rill_msgpack_check(buf, len, RILL_PROTO_MAX_DEPTH, NULL, msg, msglen);
+    rill_err_t err = rill_msgpack_check(buf, len, RILL_PROTO_MAX_DEPTH, NULL);
+    if (err != RILL_OK) {
+        snprintf(msg, msglen, "%s", rill_last_error(err));
+    }
     if (err != RILL_OK) {
         return err;
     }
@@ -391,4 +394,10 @@ rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
         }
     }
     return RILL_OK;
+}
+
+rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
+                             rill_proto_req_t *req) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(decode_buf(d, buf, len, req, msg, sizeof msg), msg);
 }

@@ -34,12 +34,11 @@ rill_err_t rill_curve_key_parse(const char *text, size_t len, char z85[RILL_CURV
                                 uint8_t raw[32]);
 
 /* Reads the key file at path (see the top of this file) into z85 and raw (each optional) as
- * rill_curve_key_parse does. msg (optional) receives a message naming path on error. Errors:
+ * rill_curve_key_parse does; on error rill_last_error(err) names path. Errors:
  * RILL_EIO (the file cannot be opened or read, with the system's reason), RILL_EFORMAT (not one
  * Z85 key, or longer than RILL_CURVE_KEY_FILE bytes), RILL_EINVAL (path NULL). Blocks on the
  * read; allocates nothing. */
-rill_err_t rill_curve_key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1], uint8_t raw[32],
-                               char *msg, size_t msglen);
+rill_err_t rill_curve_key_read(const char *path, char z85[RILL_CURVE_KEY_Z85 + 1], uint8_t raw[32]);
 
 #ifdef __cplusplus
 }

@@ -49,16 +49,16 @@ typedef struct rill_msgpack_shape {
 /* Checks that buf[0, len) is exactly one msgpack value whose declared lengths fit the buffer
  * and whose nesting is at most max_depth (1..RILL_MSGPACK_MAX_DEPTH; the top-level value is
  * depth 1 when it is a container). shape (optional) receives the top-level kind and count, or
- * where the error was found; msg (optional) a message. Errors: RILL_EFORMAT (truncated,
+ * where the error was found; rill_last_error(err) says what. Errors: RILL_EFORMAT (truncated,
  * trailing bytes, too deep, the reserved byte 0xc1, empty), RILL_EINVAL (bad arguments). */
 rill_err_t rill_msgpack_check(const void *buf, size_t len, int max_depth,
-                              rill_msgpack_shape_t *shape, char *msg, size_t msglen);
+                              rill_msgpack_shape_t *shape);
 
 /* As rill_msgpack_check, and every str (map keys too) must be valid UTF-8 (rill_utf8.h): one
  * that is not is RILL_EFORMAT, with shape->at the offset of the str's header and a message
  * naming the first bad byte's offset. For what comes from rilld, which promises UTF-8. */
 rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
-                                   rill_msgpack_shape_t *shape, char *msg, size_t msglen);
+                                   rill_msgpack_shape_t *shape);
 
 /* Packs s[0, len) as one msgpack str that is valid UTF-8: s itself when it is valid, else its
  * escaped form (rill_utf8.h: each byte of what is not valid as the four characters \xNN).

@@ -91,13 +91,13 @@ rill_err_t rill_proto_dec_new(size_t max_bytes, rill_proto_dec_t **out);
 /* Destroys *dp and sets it to NULL. NULL-safe. */
 void rill_proto_dec_destroy(rill_proto_dec_t **dp);
 
-/* Decodes one request frame into *req. Errors (msg gets the detail; req->id holds the id when
- * it was read): RILL_EFORMAT (not msgpack, truncated, trailing bytes, too deep, not a map, a
- * field of the wrong type), RILL_ERANGE (a length or number outside its range, a frame above
- * max_bytes), RILL_EINVAL (a missing or unknown key, a bad session name, an unknown command),
- * RILL_EUNSUPPORTED (another protocol version), RILL_ENOMEM. */
+/* Decodes one request frame into *req. Errors (rill_last_error(err) has the detail, the reply's
+ * message; req->id holds the id when it was read): RILL_EFORMAT (not msgpack, truncated, trailing
+ * bytes, too deep, not a map, a field of the wrong type), RILL_ERANGE (a length or number outside
+ * its range, a frame above max_bytes), RILL_EINVAL (a missing or unknown key, a bad session name,
+ * an unknown command), RILL_EUNSUPPORTED (another protocol version), RILL_ENOMEM. */
 rill_err_t rill_proto_decode(rill_proto_dec_t *d, const void *buf, size_t len,
-                             rill_proto_req_t *req, char *msg, size_t msglen);
+                             rill_proto_req_t *req);
 
 #ifdef __cplusplus
 }

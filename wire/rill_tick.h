@@ -67,32 +67,30 @@ typedef struct rill_tick {
 } rill_tick_t;
 
 /* Checks every field of t as described at the top of this file. Returns RILL_OK, or the code of
- * the first bad field (RILL_EINVAL also for t == NULL). When why != NULL and cap > 0, writes a
- * NUL-terminated message ("field 'size': must be 1..1000000000000 (got 0)") into why[0..cap),
- * "" on success. */
-rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap);
+ * the first bad field (RILL_EINVAL also for t == NULL), with rill_last_error(err) saying which
+ * ("field 'size': must be 1..1000000000000 (got 0)"). */
+rill_err_t rill_tick_check(const rill_tick_t *t);
 
 /* ---- the field rules, one by one (for readers that build a tick field by field) ----------------
  *
- * Each returns RILL_OK or its code, and on error writes its message into why[0..cap) when
- * why != NULL and cap > 0 (why is untouched on success). */
+ * Each returns RILL_OK or its code, with its message in rill_last_error(err). */
 
 /* Symbol bytes s[0..len) (not NUL-terminated): RILL_ERANGE for a length outside 1..15,
  * RILL_EINVAL for a byte outside [A-Z0-9._/-]. The message quotes the bytes (rill_tick_quote). */
-rill_err_t rill_tick_check_symbol(const char *s, size_t len, char *why, size_t cap);
+rill_err_t rill_tick_check_symbol(const char *s, size_t len);
 
 /* ts > 0 (RILL_ERANGE). */
-rill_err_t rill_tick_check_ts(int64_t ts, char *why, size_t cap);
+rill_err_t rill_tick_check_ts(int64_t ts);
 
 /* 0 < price <= RILL_MARKET_PRICE_MAX and finite (RILL_ERANGE; NaN too). */
-rill_err_t rill_tick_check_price(double price, char *why, size_t cap);
+rill_err_t rill_tick_check_price(double price);
 
 /* 1 <= size <= RILL_MARKET_SIZE_MAX (RILL_ERANGE). */
-rill_err_t rill_tick_check_size(int64_t size, char *why, size_t cap);
+rill_err_t rill_tick_check_size(int64_t size);
 
 /* Side text s[0..len): "B"/"b" buy, "S"/"s" sell, "" unknown, into *out; anything else
  * RILL_EINVAL (*out untouched). */
-rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out, char *why, size_t cap);
+rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out);
 
 /* Writes the bytes s[0..len) into buf[0..cap) for a message: printable ASCII but \ and ' as
  * is, every other byte as \xHH, cut with "..." past 24 bytes (so the result is ASCII whatever s

@@ -53,7 +53,7 @@ static bool symbol_byte(unsigned char c) {
            c == '-';
 }
 
-rill_err_t rill_tick_check_symbol(const char *s, size_t len, char *why, size_t cap) {
+static rill_err_t check_symbol(const char *s, size_t len, char *why, size_t cap) {
     char q[128];
     if (len == 0 || len > RILL_MARKET_SYMBOL_MAX) {
         if (why != NULL && cap > 0) {
@@ -76,7 +76,12 @@ rill_err_t rill_tick_check_symbol(const char *s, size_t len, char *why, size_t c
     return RILL_OK;
 }
 
-rill_err_t rill_tick_check_ts(int64_t ts, char *why, size_t cap) {
+rill_err_t rill_tick_check_symbol(const char *s, size_t len) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_symbol(s, len, msg, sizeof msg), msg);
+}
+
+static rill_err_t check_ts(int64_t ts, char *why, size_t cap) {
     if (ts <= 0) {
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'ts': must be > 0 ns since the epoch (got %lld)",
@@ -87,7 +92,12 @@ rill_err_t rill_tick_check_ts(int64_t ts, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill_tick_check_price(double price, char *why, size_t cap) {
+rill_err_t rill_tick_check_ts(int64_t ts) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_ts(ts, msg, sizeof msg), msg);
+}
+
+static rill_err_t check_price(double price, char *why, size_t cap) {
     if (!(price > 0.0 && price <= RILL_MARKET_PRICE_MAX)) { /* NaN fails too */
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'price': must be > 0, finite and <= %g (got %g)",
@@ -98,7 +108,12 @@ rill_err_t rill_tick_check_price(double price, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill_tick_check_size(int64_t size, char *why, size_t cap) {
+rill_err_t rill_tick_check_price(double price) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_price(price, msg, sizeof msg), msg);
+}
+
+static rill_err_t check_size(int64_t size, char *why, size_t cap) {
     if (size < 1 || size > RILL_MARKET_SIZE_MAX) {
         if (why != NULL && cap > 0) {
             snprintf(why, cap, "field 'size': must be 1..%lld (got %lld)",
@@ -109,8 +124,12 @@ rill_err_t rill_tick_check_size(int64_t size, char *why, size_t cap) {
     return RILL_OK;
 }
 
-rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out, char *why,
-                                size_t cap) {
+rill_err_t rill_tick_check_size(int64_t size) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_size(size, msg, sizeof msg), msg);
+}
+
+static rill_err_t parse_side(const char *s, size_t len, rill_side_t *out, char *why, size_t cap) {
     if (len == 0) {
         *out = RILL_SIDE_UNKNOWN;
         return RILL_OK;
@@ -131,22 +150,27 @@ rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out, cha
     return RILL_EINVAL;
 }
 
-rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap) {
+rill_err_t rill_tick_parse_side(const char *s, size_t len, rill_side_t *out) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(parse_side(s, len, out, msg, sizeof msg), msg);
+}
+
+static rill_err_t check_tick(const rill_tick_t *t, char *why, size_t cap) {
     if (t == NULL) {
         put(why, cap, "tick is NULL");
         return RILL_EINVAL;
     }
     const char *nul = memchr(t->symbol, '\0', sizeof t->symbol);
     size_t len = nul != NULL ? (size_t)(nul - t->symbol) : sizeof t->symbol;
-    rill_err_t err = rill_tick_check_symbol(t->symbol, len, why, cap);
+    rill_err_t err = check_symbol(t->symbol, len, why, cap);
     if (err == RILL_OK) {
-        err = rill_tick_check_ts(t->ts_ns, why, cap);
+        err = check_ts(t->ts_ns, why, cap);
     }
     if (err == RILL_OK) {
-        err = rill_tick_check_price(t->price, why, cap);
+        err = check_price(t->price, why, cap);
     }
     if (err == RILL_OK) {
-        err = rill_tick_check_size(t->size, why, cap);
+        err = check_size(t->size, why, cap);
     }
     if (err == RILL_OK && t->side != RILL_SIDE_UNKNOWN && t->side != RILL_SIDE_BUY &&
         t->side != RILL_SIDE_SELL) {
@@ -160,6 +184,11 @@ rill_err_t rill_tick_check(const rill_tick_t *t, char *why, size_t cap) {
         put(why, cap, "");
     }
     return err;
+}
+
+rill_err_t rill_tick_check(const rill_tick_t *t) {
+    char msg[RILL_ERR_DETAIL] = "";
+    return rill__error_str(check_tick(t, msg, sizeof msg), msg);
 }
 
 /* ---- encoding ------------------------------------------------------------------------------- */
@@ -189,7 +218,7 @@ int64_t rill_tick_encode(const rill_tick_t *ticks, int64_t n, bool as_batch, voi
         return RILL_EINVAL;
     }
     for (int64_t i = 0; i < n; i++) {
-        if (rill_tick_check(&ticks[i], NULL, 0) != RILL_OK) {
+        if (check_tick(&ticks[i], NULL, 0) != RILL_OK) {
             return RILL_EINVAL;
         }
     }

@@ -190,9 +190,8 @@ static bool wait_count(bench_t *b, const int64_t *counter, int64_t target, int64
     return true;
 }
 
-static int sched_error(const char *what, rill_err_t err, const char *msg) {
-    fprintf(stderr, "rill bench stream: %s: %s%s%s\n", what, rill_strerror(err),
-            msg != NULL && msg[0] ? ": " : "", msg != NULL ? msg : "");
+static int sched_error(const char *what, rill_err_t err) {
+    fprintf(stderr, "rill bench stream: %s: %s\n", what, rill_last_error(err));
     return 1;
 }
 
@@ -203,9 +202,8 @@ int rill__stream_run_rill(bench_t *b) {
     sp.max_delay_ns = (int64_t)(b->o.max_delay_ms * 1e6);
     rill_err_t err = rill_sched_new(b->pool, &sp, &b->sch);
     if (err != RILL_OK) {
-        return sched_error("scheduler", err, NULL);
+        return sched_error("scheduler", err);
     }
-    char msg[256] = "";
     int rc = 1;
     feeder_t *fds = rill_calloc(RILL_MEM_OTHER, (size_t)K, sizeof *fds);
     if (fds == NULL) {
@@ -215,9 +213,9 @@ int rill__stream_run_rill(bench_t *b) {
         rill_sched_session_params_t ps = rill_sched_session_default_params();
         ps.session.prompt = b->n_prompt > 0 ? b->prompt : NULL;
         ps.session.n_prompt = b->n_prompt;
-        err = rill_sched_session_create(b->sch, &ps, &b->sid[s], msg, sizeof msg);
+        err = rill_sched_session_create(b->sch, &ps, &b->sid[s]);
         if (err != RILL_OK) {
-            sched_error("session", err, msg);
+            sched_error("session", err);
             goto done;
         }
         if (!b->o.no_standing) {
@@ -229,7 +227,7 @@ int rill__stream_run_rill(bench_t *b) {
                                    .user = &b->st[s] };
             rill_sched_rid_t qid = 0;
             if ((err = rill_sched_standing_register(b->sch, b->sid[s], &a, &qid)) != RILL_OK) {
-                sched_error("standing query", err, NULL);
+                sched_error("standing query", err);
                 goto done;
             }
         }
@@ -262,7 +260,7 @@ int rill__stream_run_rill(bench_t *b) {
         goto done;
     }
     if (b->feed_err != RILL_OK) {
-        sched_error("ingest", b->feed_err, NULL);
+        sched_error("ingest", b->feed_err);
         goto done;
     }
     if (!wait_count(b, &b->n_done, b->n_qs, 600000000000LL, "answering")) {
@@ -277,7 +275,7 @@ int rill__stream_run_rill(bench_t *b) {
     for (int32_t s = 0; s < K; s++) { /* every chunk acknowledged (on_ack has run: idle) */
         for (int64_t c = 0; c < b->ss[s].n_chunks; c++) {
             if (b->ss[s].chunks[c].err != RILL_OK) {
-                sched_error("ingest", b->ss[s].chunks[c].err, NULL);
+                sched_error("ingest", b->ss[s].chunks[c].err);
                 goto done;
             }
         }
@@ -322,11 +320,10 @@ int rill__stream_run_stateless(bench_t *b) {
     sp.overflow_pages = b->n_pages - b->res_pages; /* the request's fork takes the rest */
     rill_err_t err = rill_sched_new(b->pool, &sp, &b->sch);
     if (err != RILL_OK) {
-        return sched_error("scheduler (stateless)", err, NULL);
+        return sched_error("scheduler (stateless)", err);
     }
     int32_t *req = rill_malloc(RILL_MEM_OTHER, (size_t)b->n_ctx * sizeof *req);
     int rc = req == NULL;
-    char msg[256] = "";
     int64_t done_before = b->n_done;
     fprintf(stderr, "rill bench stream: stateless: %lld questions\n", (long long)n);
     for (int64_t i = 0; i < b->n_qs && rc == 0; i++) {
@@ -346,9 +343,9 @@ int rill__stream_run_stateless(bench_t *b) {
         len += b->n_qtok[q->kind];
         rill_sched_session_params_t ps = rill_sched_session_default_params();
         rill_sched_sid_t sid = 0;
-        err = rill_sched_session_create(b->sch, &ps, &sid, msg, sizeof msg);
+        err = rill_sched_session_create(b->sch, &ps, &sid);
         if (err != RILL_OK) {
-            rc = sched_error("stateless session", err, msg);
+            rc = sched_error("stateless session", err);
             break;
         }
         result_t *r = &q->stateless;

@@ -169,7 +169,7 @@ static int load_csv(const char *path, csv_src_t *out) {
         if (err != RILL_OK) {
             if (bad++ < 3) {
                 fprintf(stderr, "market-demo: %s:%" PRId64 ": %s (skipped)\n", path, lineno,
-                        rill_tick_csv_last_error(csv));
+                        rill_last_error(RILL_OK));
             }
             continue;
         }
@@ -251,9 +251,9 @@ int main(int argc, char **argv) {
     cp.event_ep = o.events;
     cp.timeout_ms = 60000;
     rill_client_t *c = NULL;
-    char err[300];
-    if (rill_client_new(&cp, &c, err, sizeof err) != RILL_OK) {
-        fprintf(stderr, "market-demo: %s\n", err);
+    rill_err_t ce = rill_client_new(&cp, &c);
+    if (ce != RILL_OK) {
+        fprintf(stderr, "market-demo: %s\n", rill_last_error(ce));
         return 1;
     }
     sess_t ss[MAX_SESSIONS];
@@ -267,7 +267,7 @@ int main(int argc, char **argv) {
         rill_err_t e = rill_client_session_create(c, s->name, -1, -1, NULL, NULL);
         if (e != RILL_OK) {
             fprintf(stderr, "market-demo: session.create %s: %s %s\n", s->name, rill_err_name(e),
-                    rill_client_last_error(c));
+                    rill_last_error(RILL_OK));
             rill_client_destroy(&c);
             return 1;
         }
@@ -294,7 +294,7 @@ int main(int argc, char **argv) {
             e = rill_client_standing_register(c, s->name, k_standing[q], 24, NULL);
             if (e != RILL_OK) {
                 fprintf(stderr, "market-demo: standing.register: %s %s\n", rill_err_name(e),
-                        rill_client_last_error(c));
+                        rill_last_error(RILL_OK));
             }
         }
         char topic[64];
@@ -334,7 +334,7 @@ int main(int argc, char **argv) {
                 rill_err_t e = rill_client_ingest_ticks(c, s->name, batch, n, &r);
                 if (e != RILL_OK) {
                     fprintf(stderr, "market-demo: ingest: %s %s\n", rill_err_name(e),
-                            rill_client_last_error(c));
+                            rill_last_error(RILL_OK));
                     g_stop = 1;
                     break;
                 }
@@ -382,7 +382,7 @@ int main(int argc, char **argv) {
                 }
             } else if (e != RILL_OK) {
                 fprintf(stderr, "market-demo: ask: %s %s\n", rill_err_name(e),
-                        rill_client_last_error(c));
+                        rill_last_error(RILL_OK));
             }
         }
         struct timespec nap = { 0, 20 * 1000 * 1000 };
