@@ -36,6 +36,7 @@
 #include "rill_core.h"
 #include "rill_forward.h"
 #include "rill_model.h"
+#include "rill_sampler.h"
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 
@@ -113,14 +114,6 @@ static double kl_div(const float *p_logits, const float *q_logits, int V) {
         kl += exp(lp) * (lp - lq);
     }
     return kl;
-}
-
-static int argmax(const float *x, int V) {
-    int a = 0;
-    for (int i = 1; i < V; i++) {
-        a = x[i] > x[a] ? i : a;
-    }
-    return a;
 }
 
 /* 95% interval of the perplexity ratio: exp of the mean paired difference of the two negative
@@ -203,7 +196,7 @@ static int run_window(rill_forward_t *fw, const opts_t *o, const int32_t *tok, i
         r->abs_dlogp += fabs(lw - lf);
         r->sq_dlogp += (lw - lf) * (lw - lf);
         r->kl += kl_div(l, win, V);
-        r->top1_same += argmax(l, V) == argmax(win, V);
+        r->top1_same += rill_sampler_argmax(l, V) == rill_sampler_argmax(win, V);
         r->points++;
         rill_session_destroy(&f);
         if ((k + 1) % 50 == 0) {

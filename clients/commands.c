@@ -228,6 +228,47 @@ rill_err_t rill_client_ingest_text(rill_client_t *c, const char *session, const 
     return RILL_OK;
 }
 
+rill_err_t rill_client_ingest_replace(rill_client_t *c, const char *session, int64_t from_version,
+                                      const char *text, size_t len, int64_t *version) {
+    if (c == NULL) {
+        return RILL_EINVAL;
+    }
+    rill__client_begin(c);
+    if (!rill__client_name_ok(c, session)) {
+        return RILL_EINVAL;
+    }
+    if (from_version < 1) {
+        return rill__client_fail(c, RILL_EINVAL, "from_version %lld (versions start at 1)",
+                                 (long long)from_version);
+    }
+    if (text == NULL && len > 0) {
+        return rill__client_fail(c, RILL_EINVAL, "text is NULL");
+    }
+    if (len > UINT32_MAX) {
+        return rill__client_fail(c, RILL_ERANGE, "text of %zu bytes", len);
+    }
+    msgpack_packer pk;
+    rill__client_args(c, &pk, 3);
+    pack_kv_str(&pk, "session", session);
+    rill__client_pack_str(&pk, "from_version");
+    msgpack_pack_int64(&pk, from_version);
+    rill__client_pack_str(&pk, "text");
+    msgpack_pack_str(&pk, len);
+    msgpack_pack_str_body(&pk, text, len);
+    rill_err_t st = rill__client_call(c, "ingest.replace", true, NULL);
+    if (st != RILL_OK) {
+        return st;
+    }
+    int64_t v;
+    if (!rill__client_i64(rill__client_get(&c->result, "version"), &v)) {
+        return bad_result(c, "ingest.replace", "no version");
+    }
+    if (version != NULL) {
+        *version = v;
+    }
+    return RILL_OK;
+}
+
 static rill_err_t ticks_result(rill_client_t *c, rill_client_ticks_result_t *out) {
     rill_client_ticks_result_t t;
     const msgpack_object *r = &c->result;

@@ -162,6 +162,17 @@ rill_err_t rill_client_session_snapshot(rill_client_t *c, const char *session, c
 rill_err_t rill_client_ingest_text(rill_client_t *c, const char *session, const char *text,
                                    size_t len, bool flush, int64_t *version);
 
+/* ingest.replace: from the input that made data version from_version on, the session's text is
+ * text[0, len) (UTF-8, complete; may be empty) - for a producer that revises what it sent, such
+ * as a speech recognizer rewriting its tentative tail. The server rolls back to the longest
+ * common token prefix and evaluates only the rest (docs/protocol.md). *version (optional)
+ * receives the replace's own data version. Errors: RILL_EINVAL (from_version < 1: nothing sent;
+ * or not one of the session's versions), RILL_ERANGE (too long: nothing sent; or the session no
+ * longer reaches back to from_version), RILL_ENOTFOUND, RILL_EPERM, RILL_EFULL, and those at
+ * the top. */
+rill_err_t rill_client_ingest_replace(rill_client_t *c, const char *session, int64_t from_version,
+                                      const char *text, size_t len, int64_t *version);
+
 typedef struct rill_client_ticks_result {
     int64_t version;  /* the session's data version after the batch */
     int64_t accepted; /* ticks taken */

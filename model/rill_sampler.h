@@ -60,6 +60,10 @@ rill_err_t rill_sampler_new(int32_t n_vocab, rill_sampler_params_t params, rill_
 /* Frees and sets *sp = NULL. NULL-safe. */
 void rill_sampler_destroy(rill_sampler_t **sp);
 
+/* The greedy pick: the lowest index of the largest of logits[0, n) (ties to the lowest id, as
+ * llama.cpp's greedy sampler; a NaN never beats a number after it). n < 1: 0. Pure; any thread. */
+int32_t rill_sampler_argmax(const float *logits, int32_t n);
+
 /* Picks a token from logits (n_vocab floats, read only) and stores it in *token. Does not accept
  * it (see rill_sampler_accept). NaN logits are treated as -inf; when every logit is -inf or NaN
  * the result is token 0. Errors: RILL_EINVAL (NULL arguments). Never allocates. */

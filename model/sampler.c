@@ -272,6 +272,16 @@ static double weight(const rill_sampler_t *s, float logit, float max) {
     return exp(((double)logit - (double)max) / (double)s->p.temp);
 }
 
+int32_t rill_sampler_argmax(const float *logits, int32_t n) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < n; i++) {
+        if (logits[i] > logits[best]) {
+            best = i;
+        }
+    }
+    return best;
+}
+
 rill_err_t rill_sampler_sample(rill_sampler_t *s, const float *logits, int32_t *token) {
     if (s == NULL || logits == NULL || token == NULL) {
         return RILL_EINVAL;

@@ -87,10 +87,10 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
     } else if (!text) {
         c->err = rill_session_feed(x->s, c->u.ingest.tokens, c->u.ingest.n);
     } else {
-        c->err = rill_session_feed_text(x->s, c->u.ingest_text.text, c->u.ingest_text.len);
-        if (c->err == RILL_OK && c->u.ingest_text.flush) {
-            c->err = rill_session_feed_flush(x->s);
-        }
+        /* with flush one input, so that the version it makes names the text for a replace */
+        c->err = c->u.ingest_text.flush
+                     ? rill_session_feed_text_end(x->s, c->u.ingest_text.text, c->u.ingest_text.len)
+                     : rill_session_feed_text(x->s, c->u.ingest_text.text, c->u.ingest_text.len);
     }
     if (c->err != RILL_OK && c->err != RILL_EFULL) {
         rill__sched_msg(c, "%s", rill_last_error(c->err));

@@ -268,11 +268,12 @@ int64_t rill_sched_session_list(rill_sched_t *sch, rill_sched_sid_t *ids, int64_
 #define RILL_SCHED_MAX_QUEUED (1 << 20)
 
 /* Feeds tokens (or text, tokenized with the pool's tokenizer and held back at an unstable end;
- * flush ends the text so nothing is held) to a session: returns once the input is checked,
- * logged (acknowledged: a crash after the return loses none of it) and queued; the engine
- * evaluates it at INGEST class. version (text only; may be NULL): the session's data version
- * right after this input (rill_sched_session_info's version), so a caller that reports it
- * needs no second call and waits for one engine pass, not two. Errors (nothing taken; *version
+ * flush ends the text so nothing is held, text and flush being one input,
+ * rill_session_feed_text_end, whose version a replace can name) to a session: returns once the
+ * input is checked, logged (acknowledged: a crash after the return loses none of it) and
+ * queued; the engine evaluates it at INGEST class. version (text only; may be NULL): the session's
+ * data version right after this input (rill_sched_session_info's version), so a caller that reports
+ * it needs no second call and waits for one engine pass, not two. Errors (nothing taken; *version
  * untouched): RILL_ENOTFOUND, RILL_EFULL (more than RILL_SCHED_MAX_QUEUED tokens queued on the
  * session already), those of rill_session_feed*(). Blocks. */
 rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *tokens,

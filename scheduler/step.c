@@ -23,6 +23,7 @@
 #include <stdio.h>
 
 #include "rill_log.h"
+#include "rill_sampler.h"
 #include "sched_internal.h"
 
 typedef struct builder {
@@ -255,16 +256,6 @@ static bool reclaim(rill_sched_t *sch, const model_t *m) {
     return true;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
-}
-
 /* A step of ns evaluated queued data of x that requests wait for: it counts towards their time
  * to the first token. */
 static void own_data_step(rill_sched_t *sch, const sess_t *x, int64_t ns) {
@@ -349,7 +340,7 @@ static void pick(rill_sched_t *sch, model_t *m, int64_t t1) {
             rill__sched_finish(sch, r, RILL_EINTERNAL, "logits missing after a step", false);
             continue;
         }
-        rill__sched_on_pick(sch, r, argmax(logits, V), t1);
+        rill__sched_on_pick(sch, r, rill_sampler_argmax(logits, V), t1);
     }
 }
 

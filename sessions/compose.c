@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "rill_log.h"
+#include "rill_sampler.h"
 #include "session_internal.h"
 
 static int32_t ceil_div(int64_t a, int32_t b) {
@@ -70,16 +71,6 @@ rill_err_t rill_session_new(rill_session_pool_t *p, const rill_session_params_t 
     return RILL_OK;
 }
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t best = 0;
-    for (int32_t i = 1; i < n; i++) {
-        if (x[i] > x[best]) {
-            best = i;
-        }
-    }
-    return best;
-}
-
 rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen) {
     if (s == NULL || gen == NULL || gen->n_max < 0) {
         return RILL_EINVAL;
@@ -100,7 +91,7 @@ rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen) {
             }
             rill_sampler_accept(gen->sampler, tok);
         } else {
-            tok = argmax(logits, p->n_vocab);
+            tok = rill_sampler_argmax(logits, p->n_vocab);
         }
         err = rill_session_append(s, &tok, 1);
         if (err != RILL_OK) {

@@ -21,13 +21,14 @@
  * differ only in commit evaluating or not (and check planning the budget or not).
  *
  * Records. tokens (append, feed, and each generated token), text (held-back tail kept in the
- * session, text.c), flush (ends a text), rollback (cut at a slot), adopt (a branch's state; in
- * the log it is the tokens record of what the branch added, which replays to the same stream),
- * and replace: "from the input that made version V on, the text is T". A replace returns to the
- * state just before that input (history.c remembers it: the stream length then, the held text,
- * whether a text was in progress), tokenizes the held text followed by T exactly as a text input
- * would, and keeps the longest common prefix of the stream it returns to and the new tokens:
- * it cuts the stream after that prefix and queues only the rest. Versions count calls: the
+ * session, text.c), flush (ends a text), text-end (a text and its end as one input, so that one
+ * request of "this text, final" is one version a replace can name), rollback (cut at a slot), adopt
+ * (a branch's state; in the log it is the tokens record of what the branch added, which replays to
+ * the same stream), and replace: "from the input that made version V on, the text is T". A replace
+ * returns to the state just before that input (history.c remembers it: the stream length then, the
+ * held text, whether a text was in progress), tokenizes the held text followed by T exactly as a
+ * text input would, and keeps the longest common prefix of the stream it returns to and the new
+ * tokens: it cuts the stream after that prefix and queues only the rest. Versions count calls: the
  * replace makes the next version; the inputs it replaced are no longer part of the session, so
  * a later replace from any of their versions returns to the same state as one from V.
  *
@@ -81,6 +82,8 @@ static rill_err_t need_tokenizer(rill_session_t *s) {
                : rill__session_fail(s, RILL_EUNSUPPORTED, "the pool has no tokenizer");
 }
 
+/* text and text-end: the held text and r's, cut where a later byte could change the tokens
+ * (text) or all of it (text-end, which ends the text). */
 static rill_err_t check_text(rill_session_t *s, const record_t *r, bool defer, plan_t *pl) {
     rill_err_t err = need_tokenizer(s);
     size_t old = s->text_len;
@@ -96,8 +99,9 @@ static rill_err_t check_text(rill_session_t *s, const record_t *r, bool defer, p
     /* staged after the held text; text_len still says what is held until commit */
     memcpy(s->text + old, r->text, r->len);
     pl->text_all = old + r->len;
-    pl->cut = rill__text_cut(s->text, pl->text_all);
-    pl->started = s->text_started || pl->cut > 0;
+    bool end = r->type == RILL__REC_TEXT_END;
+    pl->cut = end ? pl->text_all : rill__text_cut(s->text, pl->text_all);
+    pl->started = !end && (s->text_started || pl->cut > 0);
     if (pl->cut > 0) {
         err = rill__text_tokenize(s, s->text, pl->cut, s->text_started, &pl->n_tokens);
         pl->tokens = s->tbuf;
@@ -178,6 +182,7 @@ static rill_err_t check(rill_session_t *s, const record_t *r, bool defer, plan_t
         err = rill__session_check_take(s, pl->keep, r->tokens, r->n_tokens, defer);
         break;
     case RILL__REC_TEXT:
+    case RILL__REC_TEXT_END:
         err = check_text(s, r, defer, pl);
         break;
     case RILL__REC_FLUSH:
@@ -210,6 +215,7 @@ static rill_err_t write_record(rill_session_t *s, const record_t *r) {
         return rill__log_write(s, r->type, r->tokens, (size_t)r->n_tokens * sizeof *r->tokens, NULL,
                                0);
     case RILL__REC_TEXT:
+    case RILL__REC_TEXT_END:
         return rill__log_write(s, r->type, r->text, r->len, NULL, 0);
     case RILL__REC_FLUSH:
         return rill__log_write(s, r->type, NULL, 0, NULL, 0);
@@ -259,6 +265,7 @@ static rill_err_t commit(rill_session_t *s, const record_t *r, const plan_t *pl,
     }
     switch (r->type) {
     case RILL__REC_TEXT:
+    case RILL__REC_TEXT_END: /* cut == text_all: nothing stays held */
         memmove(s->text, s->text + pl->cut, pl->text_all - pl->cut);
         s->text_len = pl->text_all - pl->cut;
         s->text_started = pl->started;
@@ -336,24 +343,37 @@ rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n
     return take(s, tokens, n, true);
 }
 
-static rill_err_t text(rill_session_t *s, const char *text, size_t len, bool defer) {
+static rill_err_t flush(rill_session_t *s, bool defer);
+
+static rill_err_t text(rill_session_t *s, const char *text, size_t len, bool end, bool defer) {
     if (s == NULL || (text == NULL && len > 0)) {
         return RILL_EINVAL;
     }
     rill_err_t err = need_tokenizer(s);
-    if (err != RILL_OK || len == 0) {
+    if (err != RILL_OK) {
         return err;
     }
-    record_t r = { .type = RILL__REC_TEXT, .text = text, .len = len };
+    if (len == 0) {
+        return end ? flush(s, defer) : RILL_OK;
+    }
+    record_t r = { .type = end ? RILL__REC_TEXT_END : RILL__REC_TEXT, .text = text, .len = len };
     return submit(s, &r, defer);
 }
 
 rill_err_t rill_session_append_text(rill_session_t *s, const char *t, size_t len) {
-    return text(s, t, len, false);
+    return text(s, t, len, false, false);
 }
 
 rill_err_t rill_session_feed_text(rill_session_t *s, const char *t, size_t len) {
-    return text(s, t, len, true);
+    return text(s, t, len, false, true);
+}
+
+rill_err_t rill_session_append_text_end(rill_session_t *s, const char *t, size_t len) {
+    return text(s, t, len, true, false);
+}
+
+rill_err_t rill_session_feed_text_end(rill_session_t *s, const char *t, size_t len) {
+    return text(s, t, len, true, true);
 }
 
 static rill_err_t flush(rill_session_t *s, bool defer) {
@@ -435,6 +455,7 @@ static bool decode(const rill__log_record_t *lr, record_t *r) {
         r->n_tokens = (int32_t)(lr->len / 4);
         return lr->len % 4 == 0 && lr->len > 0;
     case RILL__REC_TEXT:
+    case RILL__REC_TEXT_END:
         r->text = (const char *)lr->payload;
         r->len = lr->len;
         return lr->len > 0;
@@ -506,8 +527,8 @@ rill_err_t rill__record_replay(rill_session_pool_t *p, rill_session_t **sp, cons
         }
         record_t r;
         if (lr.reserved != 0 || !decode(&lr, &r)) {
-            err = lr.type >= RILL__REC_TOKENS && lr.type <= RILL__REC_REPLACE ? RILL_ECORRUPT
-                                                                              : RILL_EUNSUPPORTED;
+            err = lr.type >= RILL__REC_TOKENS && lr.type <= RILL__REC_TEXT_END ? RILL_ECORRUPT
+                                                                               : RILL_EUNSUPPORTED;
             snprintf(msg, msglen, "log %s: record at offset %lld: type %u with %u bytes", path,
                      (long long)lr.off, lr.type, lr.len);
             goto cleanup;

@@ -50,10 +50,10 @@
  * it is tokenized as a new text (SPM: it gets the space prefix again).
  *
  * Inputs are records (DESIGN.md section 7). Every input call (append, append_text, flush_text,
- * rollback, adopt, replace_text, and their feed variants; generate appends through append) is
- * one record, applied by one function whether it comes from a live call or from log replay, and
- * makes the next version: rill_session_seq() after the call is the version that call created
- * (what an ingest reply carries). A call that fails makes no version and changes nothing
+ * append_text_end, rollback, adopt, replace_text, and their feed variants; generate appends through
+ * append) is one record, applied by one function whether it comes from a live call or from log
+ * replay, and makes the next version: rill_session_seq() after the call is the version that call
+ * created (what an ingest reply carries). A call that fails makes no version and changes nothing
  * (exceptions: a forward-pass failure, stated per call).
  *
  * Replace (rill_session_replace_text). "From the input that made version V on, the text is T":
@@ -268,6 +268,13 @@ rill_err_t rill_session_replace_text(rill_session_t *s, int64_t from_version, co
  * rill_session_append_text(); on error the text stays held. */
 rill_err_t rill_session_flush_text(rill_session_t *s);
 
+/* rill_session_append_text(text) then rill_session_flush_text() as one input call: one version,
+ * one log record, so that a producer's "this text, final" is a version that
+ * rill_session_replace_text() can name as a whole (a replace from it replaces the text too; from
+ * the version of a separate flush it would replace only the flush). len 0: as
+ * rill_session_flush_text(). Errors: as rill_session_append_text(); on error nothing changed. */
+rill_err_t rill_session_append_text_end(rill_session_t *s, const char *text, size_t len);
+
 /* Bytes of text held back now. */
 size_t rill_session_pending_text(const rill_session_t *s);
 
@@ -328,7 +335,8 @@ rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen);
  * queue (RILL_EAGAIN). The ingest log holds fed input like appended input, so a restore
  * evaluates it. */
 
-/* As rill_session_append() / _append_text() / _flush_text() / _replace_text(), but the tokens
+/* As rill_session_append() / _append_text() / _flush_text() / _append_text_end() /
+ * _replace_text(), but the tokens
  * are queued, not evaluated, and the cell budget is not checked (the step is). A fed replace
  * rolls back at once (resident tokens past the common prefix are dropped, and queued ones) and
  * queues the new tokens after the common prefix. Errors: RILL_EINVAL (an id outside the
@@ -338,6 +346,7 @@ rill_err_t rill_session_generate(rill_session_t *s, rill_session_gen_t *gen);
 rill_err_t rill_session_feed(rill_session_t *s, const int32_t *tokens, int32_t n);
 rill_err_t rill_session_feed_text(rill_session_t *s, const char *text, size_t len);
 rill_err_t rill_session_feed_flush(rill_session_t *s);
+rill_err_t rill_session_feed_text_end(rill_session_t *s, const char *text, size_t len);
 rill_err_t rill_session_feed_replace_text(rill_session_t *s, int64_t from_version, const char *text,
                                           size_t len);
 

@@ -263,6 +263,7 @@ enum {
     RILL__REC_FLUSH = 3,    /* payload: none */
     RILL__REC_ROLLBACK = 4, /* payload: int32 pos */
     RILL__REC_REPLACE = 5,  /* payload: u64 from_version, then the text bytes */
+    RILL__REC_TEXT_END = 6, /* payload: the text bytes, then the text ends (text + flush) */
 };
 
 #define RILL__LOG_MAX_PAYLOAD (1u << 30)

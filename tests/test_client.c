@@ -323,23 +323,56 @@ START_TEST(ingest_and_ask) {
 }
 END_TEST
 
-static rill_tick_t mk_tick(const char *sym, int64_t ts, double price, int64_t size) {
-    rill_tick_t t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.symbol, sizeof t.symbol, "%s", sym);
-    t.ts_ns = ts;
-    t.price = price;
-    t.size = size;
-    t.side = RILL_SIDE_BUY;
-    return t;
+/* ingest.replace: a session whose tail was rewritten answers as one given the final text at
+ * once (the same context, the same greedy answer); bad versions are refused, changing nothing. */
+START_TEST(ingest_replace) {
+    rill_client_t *c = connect_daemon(30000);
+    CK_OK(c, rill_client_session_create(c, "said", -1, -1, NULL, NULL));
+    CK_OK(c, rill_client_session_create(c, "final", -1, -1, NULL, NULL));
+    int64_t v1 = 0, v2 = 0, v3 = 0;
+    const char *first = "Alice lives in Paris.", *tentative = " Bob lives in Rome.";
+    const char *revised = " Bob lives in Oslo. Carol lives in Lima.";
+    CK_OK(c, rill_client_ingest_text(c, "said", first, strlen(first), false, &v1));
+    CK_OK(c, rill_client_ingest_text(c, "said", tentative, strlen(tentative), true, &v2));
+    ck_assert_int_gt(v2, v1);
+    CK_OK(c, rill_client_ingest_replace(c, "said", v2, revised, strlen(revised), &v3));
+    ck_assert_int_gt(v3, v2);
+    /* a replace holds back an unstable end as text ingest does: end it like the other one */
+    CK_OK(c, rill_client_ingest_text(c, "said", "", 0, true, &v3));
+    char whole[128];
+    snprintf(whole, sizeof whole, "%s%s", first, revised);
+    CK_OK(c, rill_client_ingest_text(c, "final", whole, strlen(whole), true, NULL));
+
+    rill_client_answer_t a, b;
+    char keep[256];
+    CK_OK(c, rill_client_ask(c, "said", " Carol lives in", 6, NULL, NULL, &a));
+    ck_assert_int_ge(a.version, v3);
+    snprintf(keep, sizeof keep, "%s", a.answer);
+    int64_t context = a.context;
+    CK_OK(c, rill_client_ask(c, "final", " Carol lives in", 6, NULL, NULL, &b));
+    ck_assert_int_eq(context, b.context);
+    ck_assert_str_eq(keep, b.answer);
+
+    /* refused: nothing sent, a version the session never had, one it cannot have */
+    CK_ERR(c, rill_client_ingest_replace(c, "said", 0, "x", 1, NULL), RILL_EINVAL,
+           "versions start at 1");
+    CK_ERR(c, rill_client_ingest_replace(c, "said", v3 + 100, "x", 1, NULL), RILL_EINVAL,
+           "the session's versions are");
+    CK_ERR(c, rill_client_ingest_replace(c, "nobody", 1, "x", 1, NULL), RILL_ENOTFOUND, "");
+    CK_ERR(c, rill_client_ingest_replace(c, "said", 1, NULL, 1, NULL), RILL_EINVAL, "NULL");
+    CK_OK(c, rill_client_ask(c, "said", " Carol lives in", 6, NULL, NULL, &a));
+    ck_assert_int_eq(a.context, context);
+    ck_assert_str_eq(a.answer, keep);
+    rill_client_destroy(&c);
 }
+END_TEST
 
 START_TEST(ticks) {
     rill_client_t *c = connect_daemon(20000);
     CK_OK(c, rill_client_session_create(c, "mkt", -1, -1, NULL, NULL));
-    rill_tick_t t[3] = { mk_tick("AAPL", 1704205800000000000, 187.32, 200),
-                         mk_tick("MSFT", 1704205801000000000, 370.1, 50),
-                         mk_tick("AAPL", 1704205802000000000, 187.35, 100) };
+    rill_tick_t t[3] = { test_tick("AAPL", 1704205800000000000, 187.32, 200, RILL_SIDE_BUY),
+                         test_tick("MSFT", 1704205801000000000, 370.1, 50, RILL_SIDE_BUY),
+                         test_tick("AAPL", 1704205802000000000, 187.35, 100, RILL_SIDE_BUY) };
     rill_client_ticks_result_t r;
     CK_OK(c, rill_client_ingest_ticks(c, "mkt", t, 3, &r));
     ck_assert_int_eq(r.accepted, 3);
@@ -1061,6 +1094,7 @@ int main(void) {
         tcase_add_unchecked_fixture(d, daemon_start, daemon_stop);
         tcase_add_test(d, sessions);
         tcase_add_test(d, ingest_and_ask);
+        tcase_add_test(d, ingest_replace);
         tcase_add_test(d, ticks);
         tcase_add_test(d, standing);
         tcase_add_test(d, server_and_raw_calls);

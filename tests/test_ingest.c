@@ -28,17 +28,6 @@
 
 /* ---- helpers -------------------------------------------------------------------------------- */
 
-static rill_tick_t mk(const char *sym, int64_t ts, double price, int64_t size, rill_side_t side) {
-    rill_tick_t t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.symbol, sizeof t.symbol, "%s", sym);
-    t.ts_ns = ts;
-    t.price = price;
-    t.size = size;
-    t.side = side;
-    return t;
-}
-
 static bool tick_eq(const rill_tick_t *a, const rill_tick_t *b) {
     return strcmp(a->symbol, b->symbol) == 0 && a->ts_ns == b->ts_ns &&
            memcmp(&a->price, &b->price, sizeof a->price) == 0 && a->size == b->size &&
@@ -232,7 +221,7 @@ START_TEST(decode_single_map) {
     pack_record(&sb, k_base, BASE_N, false);
     rill_tick_t out[1];
     ck_assert_int_eq(dec(d, sb.data, sb.size, out, 1), 1);
-    rill_tick_t want = mk("AAPL", 1704205800000000000, 187.32, 200, RILL_SIDE_BUY);
+    rill_tick_t want = test_tick("AAPL", 1704205800000000000, 187.32, 200, RILL_SIDE_BUY);
     ck_assert(tick_eq(&out[0], &want));
     ck_assert_str_eq(rill_tick_decoder_last_reject(d), "");
     msgpack_sbuffer_destroy(&sb);
@@ -439,10 +428,10 @@ END_TEST
 
 START_TEST(decode_strict_and_lenient) {
     rill_tick_t t[4] = {
-        mk("AAPL", 10, 1.0, 1, RILL_SIDE_BUY),
-        mk("MSFT", 11, 2.0, 2, RILL_SIDE_SELL),
-        mk("NVDA", 12, 3.0, 3, RILL_SIDE_BUY),
-        mk("TSLA", 13, 4.0, 4, RILL_SIDE_SELL),
+        test_tick("AAPL", 10, 1.0, 1, RILL_SIDE_BUY),
+        test_tick("MSFT", 11, 2.0, 2, RILL_SIDE_SELL),
+        test_tick("NVDA", 12, 3.0, 3, RILL_SIDE_BUY),
+        test_tick("TSLA", 13, 4.0, 4, RILL_SIDE_SELL),
     };
     uint8_t buf[512];
     int64_t len = rill_tick_encode(t, 4, true, buf, sizeof buf);
@@ -683,10 +672,10 @@ START_TEST(csv_reader) {
     expect_csv(c, "symbol,ts,price,symbol", RILL_EFORMAT, "column 'symbol' given twice");
     expect_csv(c, "symbol,ts,price,size,side\r\n", RILL_EAGAIN, NULL);
     ck_assert_int_eq(csv(c, "AAPL,1704205800000000000,187.32,200,B\r\n", &t), RILL_OK);
-    rill_tick_t want = mk("AAPL", 1704205800000000000, 187.32, 200, RILL_SIDE_BUY);
+    rill_tick_t want = test_tick("AAPL", 1704205800000000000, 187.32, 200, RILL_SIDE_BUY);
     ck_assert(tick_eq(&t, &want));
     ck_assert_int_eq(csv(c, " EURUSD , 5 , 1.08423 , 100000 , s ", &t), RILL_OK);
-    want = mk("EURUSD", 5, 1.08423, 100000, RILL_SIDE_SELL);
+    want = test_tick("EURUSD", 5, 1.08423, 100000, RILL_SIDE_SELL);
     ck_assert(tick_eq(&t, &want));
     ck_assert_int_eq(csv(c, "BTC-USD,6,.5,3,", &t), RILL_OK);
     ck_assert(t.price == 0.5 && t.side == RILL_SIDE_UNKNOWN);
@@ -729,7 +718,7 @@ START_TEST(csv_reader) {
     ck_assert_int_eq(rill_tick_csv_new(&c), RILL_OK);
     expect_csv(c, "ts,venue,size,price,symbol", RILL_EAGAIN, NULL);
     ck_assert_int_eq(csv(c, "42,XNAS,300,99.5,MSFT\n", &t), RILL_OK);
-    want = mk("MSFT", 42, 99.5, 300, RILL_SIDE_UNKNOWN);
+    want = test_tick("MSFT", 42, 99.5, 300, RILL_SIDE_UNKNOWN);
     ck_assert(tick_eq(&t, &want));
     rill_tick_csv_destroy(&c);
 
@@ -778,21 +767,25 @@ static void fmt_line(rill_market_fmt_t *f, rill_tick_t t, const char *want) {
 START_TEST(fmt_exact_lines) {
     rill_market_fmt_t *f = NULL;
     ck_assert_int_eq(rill_market_fmt_new(NULL, &f), RILL_OK);
-    fmt_line(f, mk("AAPL", 1, 187.27, 100, RILL_SIDE_BUY), "AAPL 187.27 +0.00 100 B\n");
-    fmt_line(f, mk("AAPL", 2, 187.32, 200, RILL_SIDE_BUY), "AAPL 187.32 +0.05 200 B\n");
-    fmt_line(f, mk("AAPL", 3, 187.3, 50, RILL_SIDE_SELL), "AAPL 187.30 -0.02 50 S\n");
-    fmt_line(f, mk("AAPL", 4, 187.304, 1, RILL_SIDE_UNKNOWN), "AAPL 187.30 +0.00 1 ?\n");
-    fmt_line(f, mk("AAPL", 5, 187.2951, 1, RILL_SIDE_BUY), "AAPL 187.30 +0.00 1 B\n");
-    fmt_line(f, mk("EURUSD", 6, 1.08423, 100000, RILL_SIDE_SELL),
+    fmt_line(f, test_tick("AAPL", 1, 187.27, 100, RILL_SIDE_BUY), "AAPL 187.27 +0.00 100 B\n");
+    fmt_line(f, test_tick("AAPL", 2, 187.32, 200, RILL_SIDE_BUY), "AAPL 187.32 +0.05 200 B\n");
+    fmt_line(f, test_tick("AAPL", 3, 187.3, 50, RILL_SIDE_SELL), "AAPL 187.30 -0.02 50 S\n");
+    fmt_line(f, test_tick("AAPL", 4, 187.304, 1, RILL_SIDE_UNKNOWN), "AAPL 187.30 +0.00 1 ?\n");
+    fmt_line(f, test_tick("AAPL", 5, 187.2951, 1, RILL_SIDE_BUY), "AAPL 187.30 +0.00 1 B\n");
+    fmt_line(f, test_tick("EURUSD", 6, 1.08423, 100000, RILL_SIDE_SELL),
              "EURUSD 1.08423 +0.00000 100000 S\n");
-    fmt_line(f, mk("EURUSD", 7, 1.0841, 5000, RILL_SIDE_BUY), "EURUSD 1.08410 -0.00013 5000 B\n");
-    fmt_line(f, mk("THIRD", 8, 1.0 / 3.0, 1, RILL_SIDE_BUY), "THIRD 0.33333333 +0.00000000 1 B\n");
-    fmt_line(f, mk("BIG", 8, 9999999999.99, 1, RILL_SIDE_BUY), "BIG 9999999999.99 +0.00 1 B\n");
+    fmt_line(f, test_tick("EURUSD", 7, 1.0841, 5000, RILL_SIDE_BUY),
+             "EURUSD 1.08410 -0.00013 5000 B\n");
+    fmt_line(f, test_tick("THIRD", 8, 1.0 / 3.0, 1, RILL_SIDE_BUY),
+             "THIRD 0.33333333 +0.00000000 1 B\n");
+    fmt_line(f, test_tick("BIG", 8, 9999999999.99, 1, RILL_SIDE_BUY),
+             "BIG 9999999999.99 +0.00 1 B\n");
     ck_assert_int_eq(rill_market_fmt_set_decimals(f, "BTC-USD", 1), RILL_OK);
-    fmt_line(f, mk("BTC-USD", 9, 42850.5, 2, RILL_SIDE_BUY), "BTC-USD 42850.5 +0.0 2 B\n");
-    fmt_line(f, mk("BTC-USD", 9, 42790.04, 2, RILL_SIDE_SELL), "BTC-USD 42790.0 -60.5 2 S\n");
+    fmt_line(f, test_tick("BTC-USD", 9, 42850.5, 2, RILL_SIDE_BUY), "BTC-USD 42850.5 +0.0 2 B\n");
+    fmt_line(f, test_tick("BTC-USD", 9, 42790.04, 2, RILL_SIDE_SELL),
+             "BTC-USD 42790.0 -60.5 2 S\n");
     ck_assert_int_eq(rill_market_fmt_set_decimals(f, "BTC-USD", 0), RILL_OK);
-    fmt_line(f, mk("BTC-USD", 9, 42791.6, 2, RILL_SIDE_SELL), "BTC-USD 42792 +2 2 S\n");
+    fmt_line(f, test_tick("BTC-USD", 9, 42791.6, 2, RILL_SIDE_SELL), "BTC-USD 42792 +2 2 S\n");
 
     rill_market_symbol_t s;
     ck_assert_int_eq(rill_market_fmt_symbol(f, "AAPL", &s), RILL_OK);
@@ -810,10 +803,10 @@ START_TEST(fmt_exact_lines) {
 
     /* Errors change nothing. */
     char buf[RILL_MARKET_LINE_MAX];
-    rill_tick_t bad = mk("AAPL", 10, -1.0, 1, RILL_SIDE_BUY);
+    rill_tick_t bad = test_tick("AAPL", 10, -1.0, 1, RILL_SIDE_BUY);
     ck_assert_int_eq(rill_market_fmt_tick(f, &bad, buf, sizeof buf), RILL_ERANGE);
     ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_ERANGE), "field 'price'"));
-    rill_tick_t ok = mk("AAPL", 10, 190.0, 1, RILL_SIDE_BUY);
+    rill_tick_t ok = test_tick("AAPL", 10, 190.0, 1, RILL_SIDE_BUY);
     ck_assert_int_eq(rill_market_fmt_tick(f, &ok, buf, 10), RILL_EFULL);
     ck_assert_int_eq(rill_market_fmt_symbol(f, "AAPL", &s), RILL_OK);
     ck_assert_int_eq(s.n_ticks, 5);
@@ -826,7 +819,7 @@ START_TEST(fmt_exact_lines) {
     rill_market_fmt_params_t p = rill_market_fmt_default_params();
     p.decimals = 3;
     ck_assert_int_eq(rill_market_fmt_new(&p, &f), RILL_OK);
-    fmt_line(f, mk("X", 1, 2.5, 7, RILL_SIDE_BUY), "X 2.500 +0.000 7 B\n");
+    fmt_line(f, test_tick("X", 1, 2.5, 7, RILL_SIDE_BUY), "X 2.500 +0.000 7 B\n");
     rill_market_fmt_destroy(&f);
 }
 END_TEST
@@ -840,16 +833,16 @@ START_TEST(fmt_symbol_table_is_bounded) {
     for (int i = 0; i < 256; i++) {
         char sym[16];
         snprintf(sym, sizeof sym, "S%d", i);
-        rill_tick_t t = mk(sym, 1, 10.0 + i, 1, RILL_SIDE_BUY);
+        rill_tick_t t = test_tick(sym, 1, 10.0 + i, 1, RILL_SIDE_BUY);
         ck_assert_int_gt(rill_market_fmt_tick(f, &t, buf, sizeof buf), 0);
     }
-    rill_tick_t t = mk("ONEMORE", 1, 1.0, 1, RILL_SIDE_BUY);
+    rill_tick_t t = test_tick("ONEMORE", 1, 1.0, 1, RILL_SIDE_BUY);
     ck_assert_int_eq(rill_market_fmt_tick(f, &t, buf, sizeof buf), RILL_EFULL);
     ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EFULL), "symbol table full (256"));
     ck_assert_int_eq(rill_market_fmt_set_decimals(f, "ONEMORE", 2), RILL_EFULL);
     ck_assert_int_eq(rill_market_fmt_n_symbols(f), 256);
     /* Known symbols still work, and every one is found. */
-    t = mk("S17", 2, 27.5, 1, RILL_SIDE_SELL);
+    t = test_tick("S17", 2, 27.5, 1, RILL_SIDE_SELL);
     fmt_line(f, t, "S17 27.50 +0.50 1 S\n");
     for (int i = 0; i < 256; i++) {
         char sym[16];
@@ -886,7 +879,8 @@ START_TEST(gov_passes_ticks_through_below_rate) {
     for (int s = 0; s < 3; s++) {
         for (int i = 0; i < 10; i++) {
             px += (i % 3 == 0) ? 0.01 : -0.005;
-            rill_tick_t t = mk("AAPL", T0 + s * SEC + i * (SEC / 10), px, 100, RILL_SIDE_BUY);
+            rill_tick_t t =
+                test_tick("AAPL", T0 + s * SEC + i * (SEC / 10), px, 100, RILL_SIDE_BUY);
             const char *text;
             int64_t n = rill_market_gov_push(g, &t, &text);
             ck_assert_int_gt(n, 0);
@@ -897,11 +891,12 @@ START_TEST(gov_passes_ticks_through_below_rate) {
     rill_market_gov_destroy(&g);
 
     ck_assert_int_eq(rill_market_gov_new(&p, &g), RILL_OK);
-    gov_expect(g, mk("AAPL", T0, 100.00, 100, RILL_SIDE_BUY), "AAPL 100.00 +0.00 100 B\n");
-    gov_expect(g, mk("MSFT", T0 + 1, 400.10, 5, RILL_SIDE_SELL), "MSFT 400.10 +0.00 5 S\n");
-    gov_expect(g, mk("AAPL", T0 + SEC / 2, 100.05, 300, RILL_SIDE_UNKNOWN),
+    gov_expect(g, test_tick("AAPL", T0, 100.00, 100, RILL_SIDE_BUY), "AAPL 100.00 +0.00 100 B\n");
+    gov_expect(g, test_tick("MSFT", T0 + 1, 400.10, 5, RILL_SIDE_SELL), "MSFT 400.10 +0.00 5 S\n");
+    gov_expect(g, test_tick("AAPL", T0 + SEC / 2, 100.05, 300, RILL_SIDE_UNKNOWN),
                "AAPL 100.05 +0.05 300 ?\n");
-    gov_expect(g, mk("AAPL", T0 + 5 * SEC, 99.95, 1, RILL_SIDE_SELL), "AAPL 99.95 -0.10 1 S\n");
+    gov_expect(g, test_tick("AAPL", T0 + 5 * SEC, 99.95, 1, RILL_SIDE_SELL),
+               "AAPL 99.95 -0.10 1 S\n");
     const char *text;
     ck_assert_int_eq(rill_market_gov_flush(g, &text), 0);
     ck_assert_str_eq(text, "");
@@ -920,49 +915,50 @@ START_TEST(gov_writes_bars_above_rate) {
     rill_market_gov_t *g = NULL;
     ck_assert_int_eq(rill_market_gov_new(&p, &g), RILL_OK);
     /* Interval 0: three tick lines, then the budget is spent and the rest go into bars. */
-    gov_expect(g, mk("AAPL", T0 + 1, 100.00, 10, RILL_SIDE_BUY), "AAPL 100.00 +0.00 10 B\n");
-    gov_expect(g, mk("MSFT", T0 + 2, 200.00, 20, RILL_SIDE_SELL), "MSFT 200.00 +0.00 20 S\n");
-    gov_expect(g, mk("AAPL", T0 + 3, 100.10, 10, RILL_SIDE_BUY), "AAPL 100.10 +0.10 10 B\n");
-    gov_expect(g, mk("AAPL", T0 + 4, 100.20, 30, RILL_SIDE_BUY), "");
-    gov_expect(g, mk("MSFT", T0 + 5, 199.50, 40, RILL_SIDE_SELL), "");
-    gov_expect(g, mk("AAPL", T0 + 6, 100.25, 1, RILL_SIDE_BUY), "");
-    gov_expect(g, mk("AAPL", T0 + 7, 100.05, 4, RILL_SIDE_SELL), "");
+    gov_expect(g, test_tick("AAPL", T0 + 1, 100.00, 10, RILL_SIDE_BUY), "AAPL 100.00 +0.00 10 B\n");
+    gov_expect(g, test_tick("MSFT", T0 + 2, 200.00, 20, RILL_SIDE_SELL),
+               "MSFT 200.00 +0.00 20 S\n");
+    gov_expect(g, test_tick("AAPL", T0 + 3, 100.10, 10, RILL_SIDE_BUY), "AAPL 100.10 +0.10 10 B\n");
+    gov_expect(g, test_tick("AAPL", T0 + 4, 100.20, 30, RILL_SIDE_BUY), "");
+    gov_expect(g, test_tick("MSFT", T0 + 5, 199.50, 40, RILL_SIDE_SELL), "");
+    gov_expect(g, test_tick("AAPL", T0 + 6, 100.25, 1, RILL_SIDE_BUY), "");
+    gov_expect(g, test_tick("AAPL", T0 + 7, 100.05, 4, RILL_SIDE_SELL), "");
     /* Interval 1 closes interval 0 (bars in order of first aggregated tick) and, following an
      * overloaded interval, aggregates from its first tick. */
-    gov_expect(g, mk("MSFT", T0 + SEC, 199.60, 10, RILL_SIDE_BUY),
+    gov_expect(g, test_tick("MSFT", T0 + SEC, 199.60, 10, RILL_SIDE_BUY),
                "AAPL bar 100.20 100.25 100.05 100.05 -0.05 vol 35 n 3\n"
                "MSFT bar 199.50 199.50 199.50 199.50 -0.50 vol 40 n 1\n");
-    gov_expect(g, mk("AAPL", T0 + SEC + 5, 100.30, 1, RILL_SIDE_BUY), "");
+    gov_expect(g, test_tick("AAPL", T0 + SEC + 5, 100.30, 1, RILL_SIDE_BUY), "");
     /* A late tick (interval 0) joins the current interval. */
-    gov_expect(g, mk("AAPL", T0 + 9, 100.35, 2, RILL_SIDE_BUY), "");
+    gov_expect(g, test_tick("AAPL", T0 + 9, 100.35, 2, RILL_SIDE_BUY), "");
     /* Interval 2: interval 1 had 3 ticks (not more than B), so it passes ticks again. */
-    gov_expect(g, mk("AAPL", T0 + 2 * SEC, 100.40, 7, RILL_SIDE_BUY),
+    gov_expect(g, test_tick("AAPL", T0 + 2 * SEC, 100.40, 7, RILL_SIDE_BUY),
                "MSFT bar 199.60 199.60 199.60 199.60 +0.10 vol 10 n 1\n"
                "AAPL bar 100.30 100.35 100.30 100.35 +0.30 vol 3 n 2\n"
                "AAPL 100.40 +0.05 7 B\n");
     for (int i = 1; i < 3; i++) {
-        rill_tick_t t = mk("NVDA", T0 + 2 * SEC + i, 500.0 + i, 1, RILL_SIDE_BUY);
+        rill_tick_t t = test_tick("NVDA", T0 + 2 * SEC + i, 500.0 + i, 1, RILL_SIDE_BUY);
         const char *text;
         ck_assert_int_gt(rill_market_gov_push(g, &t, &text), 0);
     }
-    gov_expect(g, mk("NVDA", T0 + 2 * SEC + 10, 499.99, 9, RILL_SIDE_SELL), "");
+    gov_expect(g, test_tick("NVDA", T0 + 2 * SEC + 10, 499.99, 9, RILL_SIDE_SELL), "");
     /* advance() closes interval 2 with no tick; interval 4 does not follow it, so it passes. */
     const char *text;
     int64_t n = rill_market_gov_advance(g, T0 + 4 * SEC, &text);
     ck_assert_str_eq(text, "NVDA bar 499.99 499.99 499.99 499.99 -2.01 vol 9 n 1\n");
     ck_assert_int_eq(n, (int64_t)strlen(text));
     ck_assert_int_eq(rill_market_gov_advance(g, T0 + 4 * SEC + 1, &text), 0);
-    gov_expect(g, mk("NVDA", T0 + 4 * SEC + 2, 500.00, 1, RILL_SIDE_BUY),
+    gov_expect(g, test_tick("NVDA", T0 + 4 * SEC + 2, 500.00, 1, RILL_SIDE_BUY),
                "NVDA 500.00 +0.01 1 B\n");
     /* flush() writes pending bars of the current interval; later ticks of it start new bars. */
     for (int i = 0; i < 2; i++) {
-        rill_tick_t t = mk("SPY", T0 + 4 * SEC + 10 + i, 475.0, 1, RILL_SIDE_BUY);
+        rill_tick_t t = test_tick("SPY", T0 + 4 * SEC + 10 + i, 475.0, 1, RILL_SIDE_BUY);
         ck_assert_int_gt(rill_market_gov_push(g, &t, &text), 0);
     }
-    gov_expect(g, mk("SPY", T0 + 4 * SEC + 20, 475.5, 2, RILL_SIDE_BUY), "");
+    gov_expect(g, test_tick("SPY", T0 + 4 * SEC + 20, 475.5, 2, RILL_SIDE_BUY), "");
     ck_assert_int_gt(rill_market_gov_flush(g, &text), 0);
     ck_assert_str_eq(text, "SPY bar 475.50 475.50 475.50 475.50 +0.50 vol 2 n 1\n");
-    gov_expect(g, mk("SPY", T0 + 4 * SEC + 30, 475.0, 5, RILL_SIDE_SELL), "");
+    gov_expect(g, test_tick("SPY", T0 + 4 * SEC + 30, 475.0, 5, RILL_SIDE_SELL), "");
     ck_assert_int_gt(rill_market_gov_flush(g, &text), 0);
     ck_assert_str_eq(text, "SPY bar 475.00 475.00 475.00 475.00 -0.50 vol 5 n 1\n");
     ck_assert_int_eq(rill_market_gov_flush(g, &text), 0);
@@ -978,7 +974,7 @@ START_TEST(gov_writes_bars_above_rate) {
     ck_assert_int_eq(st.rejected, 0);
 
     /* Bad ticks are refused and counted; nothing else changes. */
-    rill_tick_t bad = mk("SPY", T0 + 9 * SEC, 0.0, 1, RILL_SIDE_BUY);
+    rill_tick_t bad = test_tick("SPY", T0 + 9 * SEC, 0.0, 1, RILL_SIDE_BUY);
     ck_assert_int_eq(rill_market_gov_push(g, &bad, &text), RILL_ERANGE);
     ck_assert_str_eq(text, "");
     ck_assert_int_eq(rill_market_gov_stats(g).rejected, 1);

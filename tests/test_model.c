@@ -1341,6 +1341,13 @@ START_TEST(sampler_greedy_and_ties) {
         ck_assert_int_eq(rill_sampler_sample(s, l, &tok), RILL_OK);
         ck_assert_int_eq(tok, 1); /* the lower id of the two maxima */
     }
+    /* the pure arg-max agrees: lowest id of the maxima, the last one, one entry, none */
+    ck_assert_int_eq(rill_sampler_argmax(l, 5), 1);
+    ck_assert_int_eq(rill_sampler_argmax(l, 1), 0);
+    ck_assert_int_eq(rill_sampler_argmax(l, 0), 0);
+    const float rise[4] = { -INFINITY, -1, 0, 7 };
+    ck_assert_int_eq(rill_sampler_argmax(rise, 4), 3);
+    ck_assert_int_eq(rill_sampler_argmax(rise, 3), 2);
     float pr[5];
     ck_assert_int_eq(rill_sampler_probs(s, l, pr), RILL_OK);
     ck_assert_float_eq(pr[1], 1.0f);

@@ -93,75 +93,7 @@ static int count_tmp_files(void) {
 
 /* ---- state of a session --------------------------------------------------------------------- */
 
-typedef struct state {
-    rill_session_stats_t st;
-    int64_t seq;
-    int32_t n;
-    int32_t *tokens;
-    char *text;
-    size_t text_len;
-    bool text_started;
-    float *logits;     /* NULL when the session holds no token */
-    unsigned char *kv; /* resident rows: (L, 2, Hkv, n, D) elements */
-    size_t kv_bytes;
-} state_t;
-
-/* Captures s. Reads the logits (which computes them if a rollback invalidated them). */
-static void capture(rig_t *g, rill_session_t *s, state_t *out) {
-    memset(out, 0, sizeof *out);
-    rill_session_stats(s, &out->st);
-    out->seq = rill_session_seq(s);
-    const int32_t *t = rill_session_tokens(s, &out->n);
-    out->tokens = malloc((size_t)out->n * sizeof *t + 1);
-    memcpy(out->tokens, t, (size_t)out->n * sizeof *t);
-    out->text_len = s->text_len;
-    out->text = malloc(s->text_len + 1);
-    if (s->text_len > 0) {
-        memcpy(out->text, s->text, s->text_len);
-    }
-    out->text_started = s->text_started;
-    if (out->n > 0) {
-        const float *l = NULL;
-        ck_assert_int_eq(rill_session_logits(s, &l), RILL_OK);
-        out->logits = malloc((size_t)g->V * sizeof *l);
-        memcpy(out->logits, l, (size_t)g->V * sizeof *l);
-    }
-    rill_kv_cache_t *kv = rill_session_pool_cache(g->pool);
-    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
-    int64_t pb = rill_kv_page_bytes(lay);
-    size_t es = lay->dtype == RILL_DTYPE_F16 ? 2 : 4;
-    size_t row = (size_t)lay->head_dim * es;
-    int32_t P = lay->page_size, H = lay->n_kv_heads, np = 0;
-    const int32_t *pages = rill_session_pages(s, &np);
-    out->kv_bytes = (size_t)g->L * 2 * (size_t)H * (size_t)out->n * row;
-    out->kv = malloc(out->kv_bytes + 1);
-    unsigned char *page = malloc((size_t)pb);
-    size_t o = 0;
-    for (int32_t l = 0; l < g->L; l++) {
-        for (int32_t j = 0; j < np; j++) {
-            ck_assert_int_eq(
-                rill_backend_copy_out(g->be, page,
-                                      (char *)rill_kv_cache_pool(kv, l) + (int64_t)pages[j] * pb,
-                                      (size_t)pb),
-                RILL_OK);
-            int32_t rows = out->n - j * P < P ? out->n - j * P : P;
-            for (int kvh = 0; kvh < 2 * H; kvh++) { /* K heads then V heads */
-                memcpy(out->kv + o, page + (size_t)kvh * (size_t)P * row, (size_t)rows * row);
-                o += (size_t)rows * row;
-            }
-        }
-    }
-    ck_assert_uint_eq(o, out->kv_bytes);
-    free(page);
-}
-
-static void state_free(state_t *a) {
-    free(a->tokens);
-    free(a->text);
-    free(a->logits);
-    free(a->kv);
-    memset(a, 0, sizeof *a);
-}
+typedef test_state_t state_t;
 
 /* Asserts a == b (pages_shared aside: a restored session owns all its pages). */
 static void state_equal(rig_t *g, const state_t *a, const state_t *b, const char *what) {
@@ -274,7 +206,7 @@ START_TEST(snapshot_destroy_restore_is_bit_identical) {
         ck_assert_int_eq(rill_session_snapshot(subject, snap), RILL_OK);
         ck_assert_int_eq(count_tmp_files(), 0);
         state_t want, got;
-        capture(&g, subject, &want);
+        test_state_capture(&g, subject, &want);
         if (shape == 2) {
             ck_assert(want.text_len == 0);
         }
@@ -283,7 +215,7 @@ START_TEST(snapshot_destroy_restore_is_bit_identical) {
         ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
         rill_session_t *r = restore_ok(&g, snap, NULL, RILL_SESSION_FSYNC_EVERYSEC);
         ck_assert(!rill_session_has_log(r));
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "snapshot -> destroy -> restore");
         rill_session_stats_t st;
         rill_session_stats(r, &st);
@@ -294,13 +226,13 @@ START_TEST(snapshot_destroy_restore_is_bit_identical) {
         ck_assert_int_eq(rill_session_append_text(twin, "ld ok 1 2 3", 11), RILL_OK);
         ck_assert_int_eq(rill_session_append(r, t + 10, 90), RILL_OK);
         ck_assert_int_eq(rill_session_append(twin, t + 10, 90), RILL_OK);
-        state_free(&want);
-        state_free(&got);
-        capture(&g, r, &want);
-        capture(&g, twin, &got);
+        test_state_free(&want);
+        test_state_free(&got);
+        test_state_capture(&g, r, &want);
+        test_state_capture(&g, twin, &got);
         state_equal(&g, &want, &got, "two restores continued");
-        state_free(&want);
-        state_free(&got);
+        test_state_free(&want);
+        test_state_free(&got);
         rill_session_destroy(&r);
         rill_session_destroy(&twin);
     }
@@ -341,15 +273,15 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         rill_session_gen_t gen = { .n_max = 2 };
         ck_assert_int_eq(rill_session_query(l, q, 4, &gen), RILL_OK);
         state_t want, got;
-        capture(&g, u, &want);
+        test_state_capture(&g, u, &want);
         ck_assert_int_eq(rill_session_seq(l), want.seq);
         ck_assert_int_eq(rill_session_close_log(l), RILL_OK);
         rill_session_destroy(&l);
 
         rill_session_t *r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_EVERYSEC);
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "snapshot + log");
-        state_free(&got);
+        test_state_free(&got);
         /* The restored session continues the same log. */
         ck_assert(rill_session_has_log(r));
         int32_t more[20];
@@ -365,17 +297,17 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         ck_assert_ptr_null(x);
         rill_session_destroy(&r);
 
-        state_free(&want);
-        capture(&g, u, &want);
+        test_state_free(&want);
+        test_state_capture(&g, u, &want);
         r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "log alone");
-        state_free(&got);
+        test_state_free(&got);
         rill_session_destroy(&r);
         r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "snapshot + longer log");
-        state_free(&got);
+        test_state_free(&got);
         rill_session_destroy(&r);
 
         /* A log that lost records the snapshot holds is started afresh after the snapshot. */
@@ -385,14 +317,14 @@ START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
         free(bytes);
         r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
         ck_assert_int_eq(rill_session_append(r, more, 3), RILL_OK);
-        state_free(&want);
-        capture(&g, r, &want);
+        test_state_free(&want);
+        test_state_capture(&g, r, &want);
         rill_session_destroy(&r);
         r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_ALWAYS);
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "snapshot + restarted log");
-        state_free(&got);
-        state_free(&want);
+        test_state_free(&got);
+        test_state_free(&want);
         rill_session_destroy(&r);
         rill_session_destroy(&u);
         test_dir_clear(g_dir);
@@ -417,7 +349,7 @@ static void make_log(rig_t *g, const char *log, int n_batch, int n_keep, state_t
     }
     rill_session_destroy(&s);
     if (keep != NULL) {
-        capture(g, ref, keep);
+        test_state_capture(g, ref, keep);
     }
     rill_session_destroy(&ref);
 }
@@ -434,7 +366,7 @@ START_TEST(torn_last_record_is_dropped) {
     ck_assert_uint_eq(len, LOG_HDR + 6 * rec);
     {
         rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
-        capture(&g, r, &six);
+        test_state_capture(&g, r, &six);
         rill_session_destroy(&r);
     }
     test_log_t warns = { .only = NULL };
@@ -467,9 +399,9 @@ START_TEST(torn_last_record_is_dropped) {
         free(b);
         test_log_reset(&warns);
         rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
-        capture(&g, r, &got);
+        test_state_capture(&g, r, &got);
         state_equal(&g, cut == rec + 3 ? &six : &five, &got, kind);
-        state_free(&got);
+        test_state_free(&got);
         ck_assert_msg(warns.n_level[RILL_LOG_WARN] == 1 && strstr(warns.last_warn, "torn") != NULL,
                       "%s: %d warnings, last '%s'", kind, warns.n_level[RILL_LOG_WARN],
                       warns.last_warn);
@@ -483,16 +415,16 @@ START_TEST(torn_last_record_is_dropped) {
         r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
         ck_assert_int_eq(warns.n_level[RILL_LOG_WARN], 0);
         if (cut != rec + 3) {
-            capture(&g, r, &got);
+            test_state_capture(&g, r, &got);
             state_equal(&g, &six, &got, "after the torn record was written again");
-            state_free(&got);
+            test_state_free(&got);
         }
         rill_session_destroy(&r);
     }
     test_log_release();
     free(whole);
-    state_free(&five);
-    state_free(&six);
+    test_state_free(&five);
+    test_state_free(&six);
     test_dir_clear(g_dir);
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
     test_rig_close(&g);
@@ -802,7 +734,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     state_t want, got;
-    capture(&g, s, &want);
+    test_state_capture(&g, s, &want);
     rill_session_destroy(&s);
 
     /* restore (snapshot + log with text records): every allocation point -> RILL_ENOMEM. */
@@ -812,9 +744,9 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     c0 = rill_mem_calls();
     rill_session_t *r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
     points = rill_mem_calls() - c0;
-    capture(&g, r, &got);
+    test_state_capture(&g, r, &got);
     state_equal(&g, &want, &got, "restore for counting");
-    state_free(&got);
+    test_state_free(&got);
     rill_session_destroy(&r);
     ck_assert_int_ge(points, 8);
     printf("allocation walk of restore (snapshot + log): %lld points\n", (long long)points);
@@ -837,9 +769,9 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
     c0 = rill_mem_calls();
     r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_NEVER);
     points = rill_mem_calls() - c0;
-    capture(&g, r, &got);
+    test_state_capture(&g, r, &got);
     state_equal(&g, &want, &got, "log alone for counting");
-    state_free(&got);
+    test_state_free(&got);
     rill_session_destroy(&r);
     for (int64_t k = 1; k <= points; k++) {
         rill_mem_fail_nth(k);
@@ -869,7 +801,7 @@ START_TEST(allocation_failures_in_snapshot_restore_and_open_log) {
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     rill_session_destroy(&s);
-    state_free(&want);
+    test_state_free(&want);
     free(snap_bytes);
     free(log_bytes);
     test_dir_clear(g_dir);
@@ -907,32 +839,32 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
     test_rand_tokens(test_rng(), t, 16, g.V);
     ck_assert_int_eq(rill_session_append(s, t, 8), RILL_OK);
     state_t before, after;
-    capture(&g, s, &before);
+    test_state_capture(&g, s, &before);
     int64_t size = test_file_size(log);
     rill__session_io_fail_nth(1); /* the writev */
     ck_assert_int_eq(rill_session_append(s, t + 8, 8), RILL_EIO);
-    capture(&g, s, &after);
+    test_state_capture(&g, s, &after);
     state_equal(&g, &before, &after, "failed record write");
-    state_free(&after);
+    test_state_free(&after);
     ck_assert_int_eq(test_file_size(log), size);
     ck_assert_int_eq(rill_session_append_text(s, "ok now ", 7), RILL_OK);
-    state_free(&before);
-    capture(&g, s, &before);
+    test_state_free(&before);
+    test_state_capture(&g, s, &before);
     size = test_file_size(log);
     rill__session_io_fail_nth(2); /* the fsync of FSYNC_ALWAYS */
     ck_assert_int_eq(rill_session_rollback(s, 3), RILL_EIO);
     rill__session_io_fail_nth(0);
-    capture(&g, s, &after);
+    test_state_capture(&g, s, &after);
     state_equal(&g, &before, &after, "failed fsync");
-    state_free(&after);
+    test_state_free(&after);
     ck_assert_int_eq(test_file_size(log), size);
     ck_assert_int_eq(rill_session_append(s, t, 2), RILL_EIO); /* unusable now */
     ck_assert_int_eq(rill_session_sync_log(s), RILL_EIO);
     ck_assert_int_eq(rill_session_close_log(s), RILL_OK);
     rill_session_t *r = restore_ok(&g, NULL, log, RILL_SESSION_FSYNC_ALWAYS);
-    capture(&g, r, &after);
+    test_state_capture(&g, r, &after);
     state_equal(&g, &before, &after, "restore after I/O errors");
-    state_free(&after);
+    test_state_free(&after);
 
     /* snapshot: each file call failing -> an error, the old snapshot or (only when the last
      * call, the directory fsync, fails) the new one at path, and no temporary file. (r's log is
@@ -966,7 +898,7 @@ START_TEST(io_failures_lose_nothing_acknowledged) {
         rill_session_destroy(&x);
     }
     free(old);
-    state_free(&before);
+    test_state_free(&before);
     rill_session_destroy(&r);
     rill_session_destroy(&s);
 
@@ -1176,20 +1108,20 @@ START_TEST(sigkill_mid_ingest_loses_no_acknowledged_batch) {
             ck_assert_int_eq(rill_session_append(ref, t, 8), RILL_OK);
         }
         state_t want, got;
-        capture(&g, ref, &want);
-        capture(&g, r, &got);
+        test_state_capture(&g, ref, &want);
+        test_state_capture(&g, r, &got);
         state_equal(&g, &want, &got, "log after SIGKILL");
-        state_free(&got);
+        test_state_free(&got);
         rill_session_destroy(&r);
         /* The snapshot written before the kill, plus the log, gives the same. */
         if (acked >= 5) {
             r = restore_ok(&g, snap, log, RILL_SESSION_FSYNC_NEVER);
-            capture(&g, r, &got);
+            test_state_capture(&g, r, &got);
             state_equal(&g, &want, &got, "snapshot + log after SIGKILL");
-            state_free(&got);
+            test_state_free(&got);
             rill_session_destroy(&r);
         }
-        state_free(&want);
+        test_state_free(&want);
         rill_session_destroy(&ref);
         test_rig_close(&g);
     }

@@ -81,75 +81,7 @@ static rill_session_t *new_session(rig_t *g, int32_t sinks, int32_t window) {
 
 /* ---- state of a session --------------------------------------------------------------------- */
 
-typedef struct state {
-    rill_session_stats_t st;
-    int64_t seq;
-    int32_t n;
-    int32_t *tokens;
-    char *text;
-    size_t text_len;
-    bool text_started;
-    float *logits;     /* NULL when the session holds no token */
-    unsigned char *kv; /* resident rows: (L, 2, Hkv, n, D) elements */
-    size_t kv_bytes;
-} state_t;
-
-/* Captures s. Reads the logits (which computes them if a rollback invalidated them). */
-static void capture(rig_t *g, rill_session_t *s, state_t *out) {
-    memset(out, 0, sizeof *out);
-    rill_session_stats(s, &out->st);
-    out->seq = rill_session_seq(s);
-    const int32_t *t = rill_session_tokens(s, &out->n);
-    out->tokens = malloc((size_t)out->n * sizeof *t + 1);
-    memcpy(out->tokens, t, (size_t)out->n * sizeof *t);
-    out->text_len = s->text_len;
-    out->text = malloc(s->text_len + 1);
-    if (s->text_len > 0) {
-        memcpy(out->text, s->text, s->text_len);
-    }
-    out->text_started = s->text_started;
-    if (out->n > 0) {
-        const float *l = NULL;
-        ck_assert_int_eq(rill_session_logits(s, &l), RILL_OK);
-        out->logits = malloc((size_t)g->V * sizeof *l);
-        memcpy(out->logits, l, (size_t)g->V * sizeof *l);
-    }
-    rill_kv_cache_t *kv = rill_session_pool_cache(g->pool);
-    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
-    int64_t pb = rill_kv_page_bytes(lay);
-    size_t es = lay->dtype == RILL_DTYPE_F16 ? 2 : 4;
-    size_t row = (size_t)lay->head_dim * es;
-    int32_t P = lay->page_size, H = lay->n_kv_heads, np = 0;
-    const int32_t *pages = rill_session_pages(s, &np);
-    out->kv_bytes = (size_t)g->L * 2 * (size_t)H * (size_t)out->n * row;
-    out->kv = malloc(out->kv_bytes + 1);
-    unsigned char *page = malloc((size_t)pb);
-    size_t o = 0;
-    for (int32_t l = 0; l < g->L; l++) {
-        for (int32_t j = 0; j < np; j++) {
-            ck_assert_int_eq(
-                rill_backend_copy_out(g->be, page,
-                                      (char *)rill_kv_cache_pool(kv, l) + (int64_t)pages[j] * pb,
-                                      (size_t)pb),
-                RILL_OK);
-            int32_t rows = out->n - j * P < P ? out->n - j * P : P;
-            for (int kvh = 0; kvh < 2 * H; kvh++) { /* K heads then V heads */
-                memcpy(out->kv + o, page + (size_t)kvh * (size_t)P * row, (size_t)rows * row);
-                o += (size_t)rows * row;
-            }
-        }
-    }
-    ck_assert_uint_eq(o, out->kv_bytes);
-    free(page);
-}
-
-static void state_free(state_t *a) {
-    free(a->tokens);
-    free(a->text);
-    free(a->logits);
-    free(a->kv);
-    memset(a, 0, sizeof *a);
-}
+typedef test_state_t state_t;
 
 enum { SAME_SEQ = 1, SAME_SHARING = 2 };
 
@@ -212,11 +144,11 @@ static void state_equal(rig_t *g, const state_t *a, const state_t *b, int how, c
 static void sessions_equal(rig_t *g, rill_session_t *a, rill_session_t *b, int how,
                            const char *what) {
     state_t x, y;
-    capture(g, a, &x);
-    capture(g, b, &y);
+    test_state_capture(g, a, &x);
+    test_state_capture(g, b, &y);
     state_equal(g, &x, &y, how, what);
-    state_free(&x);
-    state_free(&y);
+    test_state_free(&x);
+    test_state_free(&y);
 }
 
 /* ---- the effective inputs and the oracle ---------------------------------------------------- */
@@ -276,6 +208,20 @@ static void s_flush(rill_session_t *s, script_t *sc) {
         o->kind = OP_FLUSH;
         o->version = v + 1;
     }
+}
+
+/* A text that ends itself: one input (one version) standing for a text and its flush. */
+static void s_text_end(rill_session_t *s, script_t *sc, const char *t) {
+    int64_t v = rill_session_seq(s);
+    ck_assert_msg(rill_session_append_text_end(s, t, strlen(t)) == RILL_OK, "text end: %s",
+                  rill_last_error(RILL_OK));
+    ck_assert_int_eq(rill_session_seq(s), v + 1);
+    ck_assert_uint_eq(rill_session_pending_text(s), 0);
+    push_text(sc, v + 1, t, strlen(t));
+    op_t *o = &sc->ops[sc->n++];
+    memset(o, 0, sizeof *o);
+    o->kind = OP_FLUSH;
+    o->version = v + 1; /* the same input: a replace from it drops both */
 }
 
 static void s_tokens(rill_session_t *s, script_t *sc, const int32_t *t, int32_t n) {
@@ -455,6 +401,17 @@ static void replace_script(const char *model, int32_t max_batch) {
     check_fresh(&g, a, &sc, "generated");
     s_replace_str(a, &sc, rill_session_seq(a) - 2, "and again");
     check_fresh(&g, a, &sc, "replace generated tokens");
+    /* A text that ends itself is one input: a replace from its version takes the text too,
+     * and the text after it starts anew. */
+    s_text(a, &sc, " held ba");
+    int64_t ended = rill_session_seq(a) + 1;
+    s_text_end(a, &sc, "ck, then ended mid-wo");
+    check_fresh(&g, a, &sc, "a text that ends itself");
+    s_text(a, &sc, "rd");
+    check_fresh(&g, a, &sc, "text after a text that ended");
+    s_replace_str(a, &sc, ended, "ck and rewri");
+    check_fresh(&g, a, &sc, "replace from a text that ended");
+    ck_assert_uint_gt(rill_session_pending_text(a), 0); /* the replace holds back again */
     /* Empty text from the very first input: nothing is left. */
     s_replace_str(a, &sc, 1, "");
     check_fresh(&g, a, &sc, "replace everything by nothing");
@@ -592,8 +549,8 @@ START_TEST(replace_with_forks_sharing_pages) {
     ck_assert_int_eq(rill_session_fork(a, &f), RILL_OK);
     ck_assert_int_eq(rill_session_fork_unwindowed(a, &u), RILL_OK);
     state_t fb, ub;
-    capture(&g, f, &fb);
-    capture(&g, u, &ub);
+    test_state_capture(&g, f, &fb);
+    test_state_capture(&g, u, &ub);
     script_t fsc = { .n = 0 };
     for (int i = 0; i < sc.n; i++) {
         push_text(&fsc, sc.ops[i].version, sc.ops[i].text, sc.ops[i].len);
@@ -603,17 +560,17 @@ START_TEST(replace_with_forks_sharing_pages) {
     rill_session_t *all[3] = { a, f, u };
     test_pool_check(g.pool, all, 3);
     state_t fa, ua;
-    capture(&g, f, &fa);
-    capture(&g, u, &ua);
+    test_state_capture(&g, f, &fa);
+    test_state_capture(&g, u, &ua);
     state_equal(&g, &fb, &fa, SAME_SEQ, "the fork after the session's replace");
     state_equal(&g, &ub, &ua, SAME_SEQ, "the unwindowed fork after the session's replace");
     s_replace_str(f, &fsc, 3, "and the third one, replaced on the fork ");
     check_fresh(&g, f, &fsc, "replace on a fork");
     test_pool_check(g.pool, all, 3);
-    state_free(&fb);
-    state_free(&ub);
-    state_free(&fa);
-    state_free(&ua);
+    test_state_free(&fb);
+    test_state_free(&ub);
+    test_state_free(&fa);
+    test_state_free(&ua);
     rill_session_destroy(&f);
     rill_session_destroy(&u);
     rill_session_destroy(&a);
@@ -662,13 +619,13 @@ START_TEST(replace_in_a_window_that_has_evicted) {
     check_fresh(&g, a, &sc, "window: replace in the kept part"); /* evictions compared too */
     /* The first input starts in evicted tokens. */
     state_t before, after;
-    capture(&g, a, &before);
+    test_state_capture(&g, a, &before);
     ck_assert_int_eq(rill_session_replace_text(a, first, "z", 1), RILL_ERANGE);
     ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_ERANGE), "evicted"));
-    capture(&g, a, &after);
+    test_state_capture(&g, a, &after);
     state_equal(&g, &before, &after, SAME_SEQ | SAME_SHARING, "an evicted replace");
-    state_free(&before);
-    state_free(&after);
+    test_state_free(&before);
+    test_state_free(&after);
     /* A longer input evicts more (not past its own start); replacing it by a short text gives
      * the fresh stream. */
     int64_t v = rill_session_seq(a);
@@ -747,7 +704,7 @@ END_TEST
 static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, size_t len,
                     rill_err_t want, const char *needle, const char *log) {
     state_t before, after;
-    capture(g, s, &before);
+    test_state_capture(g, s, &before);
     test_pool_view_t pv;
     test_pool_view(g->pool, &pv);
     int64_t size = log != NULL ? test_file_size(log) : 0;
@@ -765,15 +722,15 @@ static void refused(rig_t *g, rill_session_t *s, int64_t from, const char *t, si
             ck_assert_msg(strstr(rill_last_error(RILL_OK), needle) != NULL, "'%s' lacks '%s'",
                           rill_last_error(RILL_OK), needle);
         }
-        capture(g, s, &after);
+        test_state_capture(g, s, &after);
         state_equal(g, &before, &after, SAME_SEQ | SAME_SHARING, "a refused replace");
-        state_free(&after);
+        test_state_free(&after);
         test_pool_same(g->pool, &pv);
         if (log != NULL) {
             ck_assert_int_eq(test_file_size(log), size);
         }
     }
-    state_free(&before);
+    test_state_free(&before);
 }
 
 START_TEST(refused_replaces_change_nothing) {
@@ -899,7 +856,7 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
     {
         rill_session_t *f = NULL;
         ck_assert_int_eq(rill_session_fork(a, &f), RILL_OK);
-        capture(&g, f, &want);
+        test_state_capture(&g, f, &want);
         rill_session_destroy(&f);
     }
     int failed = 0;
@@ -914,9 +871,9 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
         if (err != RILL_OK) {
             ck_assert_int_eq(err, RILL_ENOMEM);
             state_t got;
-            capture(&g, f, &got);
+            test_state_capture(&g, f, &got);
             state_equal(&g, &want, &got, SAME_SEQ, "after a failed allocation");
-            state_free(&got);
+            test_state_free(&got);
             test_pool_same(g.pool, &pv);
             failed++;
         }
@@ -924,7 +881,7 @@ START_TEST(allocation_failures_in_replace_change_nothing) {
         ck_assert_int_eq(rill_mem_stats_total().n_live, base.n_live);
     }
     ck_assert_int_eq(failed, points);
-    state_free(&want);
+    test_state_free(&want);
     free(w);
     rill_session_destroy(&a);
     test_rig_close(&g);
@@ -1114,6 +1071,78 @@ START_TEST(torn_and_damaged_replace_records) {
 }
 END_TEST
 
+/* rill_session_append_text_end: the stream of append_text then flush_text in one version and
+ * one log record (type 6, the text as given) that replays bit for bit; fed, the same queue; with
+ * no text, a flush; a type-6 record with no text is corruption. */
+START_TEST(text_end_is_one_input_and_one_record) {
+    rig_t g;
+    rig_open(&g, QWEN);
+    const char *log = test_path_in(g_dir, "e.log");
+    rill_session_t *a = new_session(&g, 0, 0), *two = new_session(&g, 0, 0);
+    rill_session_t *fed = new_session(&g, 0, 0);
+    ck_assert_int_eq(rill_session_open_log(a, log, RILL_SESSION_FSYNC_NEVER), RILL_OK);
+    static const char t1[] = "the quick brown fo", t2[] = "x jumps over the la";
+    ck_assert_int_eq(rill_session_append_text(a, t1, strlen(t1)), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text_end(a, t2, strlen(t2)), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(a), 2);
+    ck_assert_uint_eq(rill_session_pending_text(a), 0);
+    ck_assert_int_eq(rill_session_append_text(two, t1, strlen(t1)), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(two, t2, strlen(t2)), RILL_OK);
+    ck_assert_int_eq(rill_session_flush_text(two), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(two), 3);
+    sessions_equal(&g, a, two, 0, "text_end = text + flush");
+    ck_assert_int_eq(rill_session_feed_text(fed, t1, strlen(t1)), RILL_OK);
+    ck_assert_int_eq(rill_session_feed_text_end(fed, t2, strlen(t2)), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(fed), 2);
+    ck_assert_int_gt(rill_session_pending(fed), 0);
+    ck_assert_int_eq(rill_session_drain(fed), RILL_OK);
+    sessions_equal(&g, fed, a, SAME_SEQ, "fed text_end");
+    /* no text: a flush, which with nothing held is no input at all */
+    ck_assert_int_eq(rill_session_append_text_end(a, NULL, 0), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(a), 2);
+    ck_assert_int_eq(rill_session_append_text(a, " zy", 3), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text_end(a, "", 0), RILL_OK);
+    ck_assert_int_eq(rill_session_seq(a), 4);
+    ck_assert_uint_eq(rill_session_pending_text(a), 0);
+    ck_assert_int_eq(rill_session_append_text_end(a, NULL, 1), RILL_EINVAL);
+    rill_session_destroy(&a);
+    size_t len = 0, last = 0;
+    unsigned char *whole = test_read_file(log, &len);
+    ck_assert_int_eq(count_records(whole, len, RILL__REC_TEXT_END, &last), 1);
+    ck_assert_int_eq(count_records(whole, len, RILL__REC_FLUSH, &last), 1);
+    ck_assert_int_eq(count_records(whole, len, RILL__REC_TEXT, &last), 2);
+    size_t at = LOG_HDR + REC_HDR + strlen(t1); /* record 2 */
+    ck_assert_uint_eq(rill__get_u32(whole + at + 8), RILL__REC_TEXT_END);
+    ck_assert_uint_eq(rill__get_u32(whole + at + 4), strlen(t2));
+    ck_assert_mem_eq(whole + at + REC_HDR, t2, strlen(t2));
+    test_write_file(log, whole, at + REC_HDR + strlen(t2)); /* records 1 and 2 */
+    rill_session_t *r = restore_ok(&g, NULL, log);
+    sessions_equal(&g, r, fed, SAME_SEQ, "text_end replayed");
+    /* and a replace from it after the restore */
+    ck_assert_int_eq(rill_session_replace_text(r, 2, "xes ran", 7), RILL_OK);
+    ck_assert_int_eq(rill_session_replace_text(fed, 2, "xes ran", 7), RILL_OK);
+    sessions_equal(&g, r, fed, SAME_SEQ, "replaced after the restore");
+    rill_session_destroy(&r);
+    /* a type-6 record without text */
+    unsigned char *rec = whole + at;
+    rill__put_u32(rec + 4, 0);
+    rill__put_u32(rec, rill__crc32c(0, rec + 4, REC_HDR - 4));
+    test_write_file(log, whole, at + REC_HDR);
+    test_pool_view_t pv;
+    test_pool_view(g.pool, &pv);
+    rill_err_t err = rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_NEVER, &r);
+    ck_assert_msg(err == RILL_ECORRUPT && strstr(rill_last_error(err), "type 6") != NULL, "%s: %s",
+                  rill_err_name(err), rill_last_error(err));
+    ck_assert_ptr_null(r);
+    test_pool_same(g.pool, &pv);
+    free(whole);
+    rill_session_destroy(&two);
+    rill_session_destroy(&fed);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
+}
+END_TEST
+
 /* Restoring a log with replace records, the N-th allocation failing: RILL_ENOMEM, nothing left
  * allocated, the pool as before. And the N-th file call failing in a logged replace: RILL_EIO
  * and nothing changed. */
@@ -1127,23 +1156,23 @@ START_TEST(failures_while_replaying_and_logging_replace) {
     /* I/O: the record's write or its fsync fails. */
     for (int64_t nth = 1; nth <= 2; nth++) {
         state_t before, after;
-        capture(&g, a, &before);
+        test_state_capture(&g, a, &before);
         int64_t size = test_file_size(log);
         rill__session_io_fail_nth(nth);
         rill_err_t err = rill_session_replace_text(a, rill_session_seq(a), "io", 2);
         rill__session_io_fail_nth(0);
         ck_assert_int_eq(err, RILL_EIO);
-        capture(&g, a, &after);
+        test_state_capture(&g, a, &after);
         state_equal(&g, &before, &after, SAME_SEQ, "a replace whose record failed");
         ck_assert_int_eq(test_file_size(log), size);
-        state_free(&before);
-        state_free(&after);
+        test_state_free(&before);
+        test_state_free(&after);
         rill_session_destroy(&a); /* the log may be unusable now: start again from it */
         ck_assert_int_eq(rill_session_restore(g.pool, NULL, log, RILL_SESSION_FSYNC_ALWAYS, &a),
                          RILL_OK);
     }
     state_t want;
-    capture(&g, a, &want);
+    test_state_capture(&g, a, &want);
     rill_session_destroy(&a);
     test_pool_view_t pv;
     test_pool_view(g.pool, &pv);
@@ -1160,9 +1189,9 @@ START_TEST(failures_while_replaying_and_logging_replace) {
         rill_mem_fail_nth(0);
         if (err == RILL_OK) {
             state_t got;
-            capture(&g, r, &got);
+            test_state_capture(&g, r, &got);
             state_equal(&g, &want, &got, SAME_SEQ, "restored");
-            state_free(&got);
+            test_state_free(&got);
             rill_session_destroy(&r);
         } else {
             ck_assert_msg(err == RILL_ENOMEM, "%s: %s", rill_err_name(err), rill_last_error(err));
@@ -1173,7 +1202,7 @@ START_TEST(failures_while_replaying_and_logging_replace) {
         ck_assert_int_eq(rill_mem_stats_total().n_live, live);
     }
     ck_assert_int_gt(failed, 0);
-    state_free(&want);
+    test_state_free(&want);
     test_dir_clear(g_dir);
     test_rig_close(&g);
 }
@@ -1299,6 +1328,7 @@ int main(void) {
     tcase_add_test(tc, replace_is_logged_and_replays_bit_for_bit);
     tcase_add_test(tc, replace_survives_snapshot_and_replay);
     tcase_add_test(tc, torn_and_damaged_replace_records);
+    tcase_add_test(tc, text_end_is_one_input_and_one_record);
     tcase_add_test(tc, failures_while_replaying_and_logging_replace);
     tcase_add_test(tc, version_1_files_still_restore);
     suite_add_tcase(su, tc);

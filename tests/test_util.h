@@ -704,4 +704,103 @@ static inline void test_pool_same(rill_session_pool_t *pool, const test_pool_vie
 
 #endif /* RILL_SESSION_H */
 
+/* ---- a session's whole state (needs session_internal.h) ------------------------------------ */
+
+#ifdef RILL_SESSION_INTERNAL_H
+
+/* A session as captured for bit-for-bit comparisons: what two sessions given the same input in
+ * different ways (replay, replace, chunks) must agree on. */
+typedef struct test_state {
+    rill_session_stats_t st;
+    int64_t seq;
+    int32_t n;
+    int32_t *tokens;
+    char *text;
+    size_t text_len;
+    bool text_started;
+    float *logits;     /* NULL when the session holds no token */
+    unsigned char *kv; /* resident rows: (L, 2, Hkv, n, D) elements */
+    size_t kv_bytes;
+} test_state_t;
+
+/* Captures s (g: its rig): counters, version, tokens, held-back text, logits and the K/V rows
+ * of every resident token, read back from the backend. Reads the logits (which computes them if
+ * a rollback invalidated them). Free with test_state_free(). */
+static inline void test_state_capture(test_rig_t *g, rill_session_t *s, test_state_t *out) {
+    memset(out, 0, sizeof *out);
+    rill_session_stats(s, &out->st);
+    out->seq = rill_session_seq(s);
+    const int32_t *t = rill_session_tokens(s, &out->n);
+    out->tokens = malloc((size_t)out->n * sizeof *t + 1);
+    memcpy(out->tokens, t, (size_t)out->n * sizeof *t);
+    out->text_len = s->text_len;
+    out->text = malloc(s->text_len + 1);
+    if (s->text_len > 0) {
+        memcpy(out->text, s->text, s->text_len);
+    }
+    out->text_started = s->text_started;
+    if (out->n > 0) {
+        const float *l = NULL;
+        ck_assert_int_eq(rill_session_logits(s, &l), RILL_OK);
+        out->logits = malloc((size_t)g->V * sizeof *l);
+        memcpy(out->logits, l, (size_t)g->V * sizeof *l);
+    }
+    rill_kv_cache_t *kv = rill_session_pool_cache(g->pool);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
+    int64_t pb = rill_kv_page_bytes(lay);
+    size_t es = lay->dtype == RILL_DTYPE_F16 ? 2 : 4;
+    size_t row = (size_t)lay->head_dim * es;
+    int32_t P = lay->page_size, H = lay->n_kv_heads, np = 0;
+    const int32_t *pages = rill_session_pages(s, &np);
+    out->kv_bytes = (size_t)g->L * 2 * (size_t)H * (size_t)out->n * row;
+    out->kv = malloc(out->kv_bytes + 1);
+    unsigned char *page = malloc((size_t)pb);
+    size_t o = 0;
+    for (int32_t l = 0; l < g->L; l++) {
+        for (int32_t j = 0; j < np; j++) {
+            ck_assert_int_eq(
+                rill_backend_copy_out(g->be, page,
+                                      (char *)rill_kv_cache_pool(kv, l) + (int64_t)pages[j] * pb,
+                                      (size_t)pb),
+                RILL_OK);
+            int32_t rows = out->n - j * P < P ? out->n - j * P : P;
+            for (int kvh = 0; kvh < 2 * H; kvh++) { /* K heads then V heads */
+                memcpy(out->kv + o, page + (size_t)kvh * (size_t)P * row, (size_t)rows * row);
+                o += (size_t)rows * row;
+            }
+        }
+    }
+    ck_assert_uint_eq(o, out->kv_bytes);
+    free(page);
+}
+
+static inline void test_state_free(test_state_t *a) {
+    free(a->tokens);
+    free(a->text);
+    free(a->logits);
+    free(a->kv);
+    memset(a, 0, sizeof *a);
+}
+
+#endif /* RILL_SESSION_INTERNAL_H */
+
+/* ---- tick records (needs wire/rill_tick.h) -------------------------------------------------- */
+
+#ifdef RILL_TICK_H
+
+/* A tick record with these fields (symbol cut to fit, the rest zero). Returns (safe anywhere). */
+static inline rill_tick_t test_tick(const char *sym, int64_t ts_ns, double price, int64_t size,
+                                    rill_side_t side) {
+    rill_tick_t t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.symbol, sizeof t.symbol, "%s", sym);
+    t.ts_ns = ts_ns;
+    t.price = price;
+    t.size = size;
+    t.side = side;
+    return t;
+}
+
+#endif /* RILL_TICK_H */
+
 #endif /* RILL_TEST_UTIL_H */

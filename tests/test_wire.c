@@ -45,17 +45,6 @@ static rill_err_t check_exact(const void *buf, size_t len, int depth, rill_msgpa
     return e;
 }
 
-static rill_tick_t mk(const char *sym, int64_t ts, double price, int64_t size, rill_side_t side) {
-    rill_tick_t t;
-    memset(&t, 0, sizeof t);
-    snprintf(t.symbol, sizeof t.symbol, "%s", sym);
-    t.ts_ns = ts;
-    t.price = price;
-    t.size = size;
-    t.side = side;
-    return t;
-}
-
 static void pk_s(msgpack_packer *pk, const char *s) {
     msgpack_pack_str_with_body(pk, s, strlen(s));
 }
@@ -189,10 +178,10 @@ END_TEST
 START_TEST(tick_check_rules) {
     /* accepted boundaries */
     const rill_tick_t ok[] = {
-        mk("AAPL", 1, 1.0, 1, RILL_SIDE_BUY),
-        mk("ABCDEFGHIJKLMNO", INT64_MAX, RILL_MARKET_PRICE_MAX, RILL_MARKET_SIZE_MAX,
-           RILL_SIDE_SELL),
-        mk("BRK.B/X_1-2", 1704205800000000000, 1e-9, 200, RILL_SIDE_UNKNOWN),
+        test_tick("AAPL", 1, 1.0, 1, RILL_SIDE_BUY),
+        test_tick("ABCDEFGHIJKLMNO", INT64_MAX, RILL_MARKET_PRICE_MAX, RILL_MARKET_SIZE_MAX,
+                  RILL_SIDE_SELL),
+        test_tick("BRK.B/X_1-2", 1704205800000000000, 1e-9, 200, RILL_SIDE_UNKNOWN),
     };
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
         ck_assert_msg(rill_tick_check(&ok[i]) == RILL_OK, "%zu: %s", i, rill_last_error(RILL_OK));
@@ -203,20 +192,22 @@ START_TEST(tick_check_rules) {
         rill_err_t code;
         const char *sub;
     } bad[] = {
-        { mk("", 1, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'symbol': must be 1..15 bytes" },
-        { mk("aapl", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "byte 0 is not one of" },
-        { mk("AA PL", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "byte 2 is not one of" },
-        { mk("AA\xff", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "('AA\\xff')" },
-        { mk("AAPL", 0, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'ts': must be > 0" },
-        { mk("AAPL", -5, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "(got -5)" },
-        { mk("AAPL", 1, 0.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
-        { mk("AAPL", 1, -1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "(got -1)" },
-        { mk("AAPL", 1, NAN, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
-        { mk("AAPL", 1, INFINITY, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
-        { mk("AAPL", 1, 1e11, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
-        { mk("AAPL", 1, 1.0, 0, RILL_SIDE_BUY), RILL_ERANGE, "field 'size': must be 1.." },
-        { mk("AAPL", 1, 1.0, RILL_MARKET_SIZE_MAX + 1, RILL_SIDE_BUY), RILL_ERANGE, "'size'" },
-        { mk("AAPL", 1, 1.0, 1, (rill_side_t)7), RILL_EINVAL, "field 'side'" },
+        { test_tick("", 1, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE,
+          "field 'symbol': must be 1..15 bytes" },
+        { test_tick("aapl", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "byte 0 is not one of" },
+        { test_tick("AA PL", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "byte 2 is not one of" },
+        { test_tick("AA\xff", 1, 1.0, 1, RILL_SIDE_BUY), RILL_EINVAL, "('AA\\xff')" },
+        { test_tick("AAPL", 0, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'ts': must be > 0" },
+        { test_tick("AAPL", -5, 1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "(got -5)" },
+        { test_tick("AAPL", 1, 0.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
+        { test_tick("AAPL", 1, -1.0, 1, RILL_SIDE_BUY), RILL_ERANGE, "(got -1)" },
+        { test_tick("AAPL", 1, NAN, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
+        { test_tick("AAPL", 1, INFINITY, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
+        { test_tick("AAPL", 1, 1e11, 1, RILL_SIDE_BUY), RILL_ERANGE, "field 'price'" },
+        { test_tick("AAPL", 1, 1.0, 0, RILL_SIDE_BUY), RILL_ERANGE, "field 'size': must be 1.." },
+        { test_tick("AAPL", 1, 1.0, RILL_MARKET_SIZE_MAX + 1, RILL_SIDE_BUY), RILL_ERANGE,
+          "'size'" },
+        { test_tick("AAPL", 1, 1.0, 1, (rill_side_t)7), RILL_EINVAL, "field 'side'" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         rill_err_t e = rill_tick_check(&bad[i].t);
@@ -225,7 +216,7 @@ START_TEST(tick_check_rules) {
                       "case %zu: '%s' lacks '%s'", i, rill_last_error(RILL_OK), bad[i].sub);
         ck_assert_int_eq(rill_tick_check(&bad[i].t), bad[i].code);
     }
-    rill_tick_t t = mk("AAPL", 1, 1.0, 1, RILL_SIDE_BUY);
+    rill_tick_t t = test_tick("AAPL", 1, 1.0, 1, RILL_SIDE_BUY);
     memset(t.symbol, 'A', sizeof t.symbol); /* no NUL */
     ck_assert_int_eq(rill_tick_check(&t), RILL_ERANGE);
     ck_assert_int_eq(rill_tick_check(NULL), RILL_EINVAL);
@@ -276,8 +267,8 @@ static rill_tick_t *some_ticks(int n) {
     rill_tick_t *t = calloc((size_t)n, sizeof *t);
     ck_assert_ptr_nonnull(t);
     for (int i = 0; i < n; i++) {
-        t[i] = mk(sym[i % 5], 1704205800000000000 + (int64_t)i * 1000003, 1.0 + i * 0.37,
-                  1 + (i * 7919) % 100000, (rill_side_t)(i % 3));
+        t[i] = test_tick(sym[i % 5], 1704205800000000000 + (int64_t)i * 1000003, 1.0 + i * 0.37,
+                         1 + (i * 7919) % 100000, (rill_side_t)(i % 3));
     }
     return t;
 }
@@ -449,8 +440,8 @@ START_TEST(proto_decodes_every_command) {
     req_end(&q);
 
     /* ingest.ticks: the array comes back re-packed, byte for byte here (canonical input) */
-    rill_tick_t t[2] = { mk("AAPL", 5, 187.5, 100, RILL_SIDE_BUY),
-                         mk("MSFT", 6, 401.25, 3, RILL_SIDE_UNKNOWN) };
+    rill_tick_t t[2] = { test_tick("AAPL", 5, 187.5, 100, RILL_SIDE_BUY),
+                         test_tick("MSFT", 6, 401.25, 3, RILL_SIDE_UNKNOWN) };
     uint8_t ticks[256];
     int64_t tl = rill_tick_encode(t, 2, true, ticks, sizeof ticks);
     ck_assert_int_gt(tl, 0);
