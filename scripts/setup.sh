@@ -36,6 +36,10 @@ apt_packages=(
     libpcre2-dev                        # tokenizer pre-tokenizer regexes
     libzmq3-dev libmsgpack-dev          # wire protocol
     libopus-dev portaudio19-dev         # audio ingest
+    libmicrohttpd-dev libjansson-dev    # rilld's HTTP front end (server/door_http.c)
+    prometheus                          # promtool checks GET /metrics in the tests
+    chromium chromium-driver            # the status page's browser test
+    curl                                # the HTTP tests drive rilld with curl too
     python3 python3-venv python3-pip    # tools/ and the model download
 )
 missing=()
