@@ -107,7 +107,7 @@ int cmd_serve(int argc, char **argv) {
     cli_list_t models = { .n = 0 };
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
-            max_delay = p.max_delay_ms;
+            max_delay = p.max_delay_ms, http_replay = p.http_replay;
     double tick_rate = p.tick_rate;
     bool insecure = false;
     int n_pos = 0;
@@ -124,6 +124,14 @@ int cmd_serve(int argc, char **argv) {
           "CURVE: DIR/server.key and DIR/clients/*.pub (see docs/protocol.md)", 1, 0 },
         { "insecure-bind", NULL, CLI_FLAG, &insecure,
           "allow non-loopback endpoints without CURVE (anyone can connect)", 1, 0 },
+        { "http", NULL, CLI_STRING, &p.http_ep,
+          "also serve HTTP on HOST:PORT: OpenAI-compatible API, sessions, SSE, /metrics, status "
+          "page at / (docs/protocol.md); loopback only unless --http-tokens",
+          1, 0 },
+        { "http-tokens", NULL, CLI_STRING, &p.http_tokens,
+          "HTTP bearer tokens, lines 'TOKEN OWNER'; a token's sessions are its own", 1, 0 },
+        { "http-replay", NULL, CLI_INT, &http_replay,
+          "events kept per session for an SSE client's Last-Event-ID", 0, 1e6 },
         { "state", NULL, CLI_STRING, &p.state_dir,
           "directory of session logs, snapshots and metadata (restored at start)", 1, 0 },
         { "fsync", NULL, CLI_STRING, &fsync, "ingest log fsync: always, everysec or never", 1, 0 },
@@ -159,8 +167,9 @@ int cmd_serve(int argc, char **argv) {
     }
     int rc = cli_parse(argc, argv, 1, opts, "rill serve [options]   (also: rilld [options])",
                        "Serves sessions over ZeroMQ: requests on a ROUTER socket, events on an "
-                       "XPUB socket\n(docs/protocol.md). Without --curve-keys it binds loopback "
-                       "endpoints only, unless\n--insecure-bind. SIGINT/SIGTERM: snapshots every "
+                       "XPUB socket\n(docs/protocol.md), and with --http over HTTP too. Without "
+                       "--curve-keys (--http-tokens\nfor HTTP) it binds loopback "
+                       "endpoints only, unless --insecure-bind. SIGINT/SIGTERM: snapshots every "
                        "session and exits.",
                        NULL, 0, &n_pos);
     if (rc != 0) {
@@ -206,6 +215,7 @@ int cmd_serve(int argc, char **argv) {
     p.default_sinks = (int32_t)sinks;
     p.max_sessions = (int32_t)max_sessions;
     p.max_delay_ms = max_delay;
+    p.http_replay = (int32_t)http_replay;
     p.tick_rate = tick_rate;
     p.insecure_bind = insecure;
     /* the format may spell newlines as \n (so --help and config files show it on one line) */

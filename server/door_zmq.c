@@ -223,12 +223,14 @@ static void drain_socket(srv_t *s, zdoor_t *z, void *sock, void (*fn)(srv_t *, z
 
 int srv_zmq_poll(srv_t *s, int timeout_ms) {
     zdoor_t *z = s->zmq;
-    zmq_pollitem_t items[3] = {
+    int hfd = srv_http_fd(s);
+    zmq_pollitem_t items[4] = {
         { z->router, 0, ZMQ_POLLIN, 0 },
         { z->xpub, 0, ZMQ_POLLIN, 0 },
         { NULL, s->efd, ZMQ_POLLIN, 0 },
+        { NULL, hfd, ZMQ_POLLIN, 0 },
     };
-    if (zmq_poll(items, 3, timeout_ms) < 0) {
+    if (zmq_poll(items, hfd >= 0 ? 4 : 3, srv_http_timeout_ms(s, timeout_ms)) < 0) {
         if (errno == EINTR) {
             return 0;
         }
@@ -244,5 +246,6 @@ int srv_zmq_poll(srv_t *s, int timeout_ms) {
     if (items[1].revents & ZMQ_POLLIN) {
         drain_socket(s, z, z->xpub, recv_subscription);
     }
+    srv_http_run(s); /* the HTTP door (door_http.c), when there is one */
     return 0;
 }

@@ -218,6 +218,9 @@ void srv_on_token(srv_t *s, pend_t *p, int32_t token) {
     srv_pk_str(&pk, "piece");
     srv_pk_strn(&pk, piece, (size_t)n);
     srv_publish(s, p->sess, "token");
+    if (p->to.door != NULL && p->to.door->progress != NULL) {
+        p->to.door->progress(s, p->to.door, &p->to, s->out.data, s->out.size);
+    }
 }
 
 /* The text of tokens[0, n) of model m into p->answer (replacing it). */

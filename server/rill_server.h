@@ -1,6 +1,6 @@
 /*
- * rill_server.h - rilld: the daemon that serves sessions over ZeroMQ (DESIGN.md section 6; the
- * wire contract is docs/protocol.md).
+ * rill_server.h - rilld: the daemon that serves sessions over ZeroMQ and HTTP (DESIGN.md
+ * section 6; the wire contract is docs/protocol.md).
  *
  * rill_server_run() loads its models (one or more, e.g. a speech recognizer and a language model;
  * each gets its own KV pool, all share one backend), starts the scheduler over them
@@ -72,6 +72,12 @@ typedef struct rill_server_params {
                                     long stream is mostly attention, which flash does 1.3-1.8x
                                     faster, with no length limit (RILL_ATTN_EXACT: llama.cpp's
                                     non-flash bits) */
+    const char *http_ep;     /* HTTP front end "HOST:PORT" (docs/protocol.md, HTTP); NULL
+                                (default): none. Loopback only unless http_tokens or
+                                insecure_bind */
+    const char *http_tokens; /* bearer tokens file, lines "TOKEN OWNER"; NULL: every HTTP
+                                caller is the anonymous owner */
+    int32_t http_replay;     /* events kept per session for Last-Event-ID; default 256 */
 } rill_server_params_t;
 
 /* The fixed question format (an answer ends at a blank line or a new "Question:"). */

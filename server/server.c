@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rill_alloc.h"
@@ -40,7 +41,10 @@ rill_server_params_t rill_server_default_params(void) {
                                    .fsync = RILL_SESSION_FSYNC_EVERYSEC,
                                    .ready_file = NULL,
                                    .max_delay_ms = 50,
-                                   .attn = RILL_ATTN_FLASH };
+                                   .attn = RILL_ATTN_FLASH,
+                                   .http_ep = NULL,
+                                   .http_tokens = NULL,
+                                   .http_replay = 256 };
 }
 
 static int start(srv_t *s) {
@@ -63,7 +67,7 @@ static int start(srv_t *s) {
         return -1;
     }
     srv_restore_all(s);
-    if (srv_zmq_start(s) != 0) {
+    if (srv_zmq_start(s) != 0 || srv_http_start(s) != 0) {
         return -1;
     }
     for (int32_t i = 0; i < s->n_models; i++) {
@@ -118,6 +122,7 @@ static void shutdown_all(srv_t *s) {
         s->tombs = t->next;
         rill_free(t);
     }
+    srv_http_stop(s);
     srv_zmq_stop(s);
     rill_free(s->ticks);
     rill_tick_decoder_destroy(&s->tdec);
@@ -134,6 +139,7 @@ int rill_server_run(const rill_server_params_t *params, volatile sig_atomic_t *s
     }
     s->p = params != NULL ? *params : rill_server_default_params();
     s->efd = -1;
+    s->started_s = (int64_t)time(NULL);
     msgpack_sbuffer_init(&s->out);
     if (srv_events_init(s) != 0 || start(s) != 0) {
         shutdown_all(s);

@@ -23,6 +23,7 @@
 #ifndef RILL_SERVER_INTERNAL_H
 #define RILL_SERVER_INTERNAL_H
 
+#include <jansson.h>
 #include <msgpack.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -64,6 +65,10 @@ struct srv_door {
     /* Publishes the encoded event buf[0, len) under topic "<session>/<kind>". Never blocks; an
      * event it cannot send is counted in srv_t.event_drops. */
     void (*publish)(srv_t *s, srv_door_t *d, const char *topic, const void *buf, size_t len);
+    /* Optional (NULL: not wanted). An answer token of a request this door sent, as the encoded
+     * map buf[0, len) holding at least "piece" (the ask's token event, or complete's progress),
+     * for the address the request came from. Never blocks. */
+    void (*progress)(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void *buf, size_t len);
 };
 
 /* One request as the command layer sees it: who sent it and where its reply goes. */
@@ -172,7 +177,9 @@ struct srv {
     msgpack_sbuffer out; /* the reply or event being encoded */
     srv_door_t *doors[2];
     int n_doors;
-    void *zmq; /* door_zmq.c's state */
+    void *zmq;  /* door_zmq.c's state */
+    void *http; /* door_http.c's state; NULL without --http */
+    int64_t started_s; /* wall-clock time of start-up (Unix seconds) */
     bool curve;
     /* the event queue (events.c) */
     int efd;
@@ -280,6 +287,33 @@ void srv_zmq_stop(srv_t *s);
 /* Waits up to timeout_ms for a request, a subscription or an engine event, and handles what
  * came. -1 on a poll error other than EINTR. */
 int srv_zmq_poll(srv_t *s, int timeout_ms);
+
+/* ---- door_http.c ---------------------------------------------------------------------------- */
+
+/* Starts the HTTP door when p.http_ep is set (else does nothing): loads the tokens file, binds,
+ * registers the door. 0, or -1 with the reason logged. */
+int srv_http_start(srv_t *s);
+void srv_http_stop(srv_t *s);
+
+/* The descriptor the socket thread polls for it (libmicrohttpd's epoll fd), or -1 without HTTP;
+ * the poll's timeout bounded by what libmicrohttpd needs; the work to do after the poll (also
+ * when the descriptor was not readable: stream keep-alives, streams of closed sessions). */
+int srv_http_fd(const srv_t *s);
+int srv_http_timeout_ms(const srv_t *s, int max_ms);
+void srv_http_run(srv_t *s);
+
+/* The status page (server/status.html, embedded at build time). */
+extern const unsigned char srv_status_page[];
+extern const size_t srv_status_page_len;
+
+/* ---- json.c: JSON <-> msgpack for the HTTP door ------------------------------------------- */
+
+/* A new JSON value for o (nil, bool, ints, floats, valid UTF-8 strings, arrays, maps with str
+ * keys; anything else, and a NaN or infinity, is null). NULL when out of memory. */
+json_t *srv_json_from_msgpack(const msgpack_object *o);
+
+/* Packs j (depth: its nesting so far; deeper than RILL_PROTO_MAX_DEPTH fails). 0 or -1. */
+int srv_json_to_msgpack(msgpack_packer *pk, const json_t *j, int depth);
 
 /* ---- auth.c: CURVE keys and the ZAP handler ------------------------------------------------ */
 
