@@ -52,9 +52,14 @@ typedef struct rill_sampler_params {
 /* llama.cpp's defaults (see each field). */
 rill_sampler_params_t rill_sampler_default_params(void);
 
-/* Creates a sampler for logits of n_vocab entries. Errors: RILL_EINVAL (n_vocab < 1, NaN
- * parameters, penalty_repeat <= 0, penalty_last_n < 0, out NULL), RILL_ENOMEM. Caller owns *out
- * (NULL on error); destroy with rill_sampler_destroy(). */
+/* True when rill_sampler_new() accepts params: no NaN temp, top_p or min_p, penalty_repeat
+ * finite and > 0, penalty_last_n >= 0 (false for NULL). Lets a caller that creates the sampler
+ * later (a scheduler's engine thread) refuse bad parameters at once. Pure; any thread. */
+bool rill_sampler_params_valid(const rill_sampler_params_t *params);
+
+/* Creates a sampler for logits of n_vocab entries. Errors: RILL_EINVAL (n_vocab < 1, parameters
+ * that rill_sampler_params_valid() refuses, out NULL), RILL_ENOMEM. Caller owns *out (NULL on
+ * error); destroy with rill_sampler_destroy(). */
 rill_err_t rill_sampler_new(int32_t n_vocab, rill_sampler_params_t params, rill_sampler_t **out);
 
 /* Frees and sets *sp = NULL. NULL-safe. */

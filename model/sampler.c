@@ -118,14 +118,18 @@ void rill_sampler_reset(rill_sampler_t *s, uint64_t seed) {
     rill_rand_seed(&s->rng, seed);
 }
 
+bool rill_sampler_params_valid(const rill_sampler_params_t *params) {
+    return params != NULL && !isnan(params->temp) && !isnan(params->top_p) &&
+           !isnan(params->min_p) && params->penalty_repeat > 0 &&
+           isfinite(params->penalty_repeat) && params->penalty_last_n >= 0;
+}
+
 rill_err_t rill_sampler_new(int32_t n_vocab, rill_sampler_params_t params, rill_sampler_t **out) {
     if (out == NULL) {
         return RILL_EINVAL;
     }
     *out = NULL;
-    if (n_vocab < 1 || isnan(params.temp) || isnan(params.top_p) || isnan(params.min_p) ||
-        !(params.penalty_repeat > 0) || !isfinite(params.penalty_repeat) ||
-        params.penalty_last_n < 0) {
+    if (n_vocab < 1 || !rill_sampler_params_valid(&params)) {
         return RILL_EINVAL;
     }
     rill_sampler_t *s = rill_calloc(RILL_MEM_MODEL, 1, sizeof *s);

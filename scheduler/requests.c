@@ -10,8 +10,12 @@
  * adopt the fork (rill_session_adopt, done by the step). A standing query sits in PH_IDLE
  * between refreshes; a finished speculative reply waits in PH_HELD for its commit.
  *
- * Memory: a request is allocated when it is submitted, with its answer buffer (n_max tokens);
- * nothing is allocated per token or step.
+ * A sampled request (rill_scheduler.h, "Decoding") owns a rill_sampler made with it, which has
+ * accepted its question; step.c draws each answer token with it. A speculation whose guess
+ * missed restarts the sampler on the real input, so its reply is the one a turn would draw.
+ *
+ * Memory: a request is allocated when it is submitted, with its answer buffer (n_max tokens)
+ * and its sampler; nothing is allocated per token or step.
  */
 #include <stdio.h>
 #include <string.h>
@@ -62,6 +66,7 @@ static void unlink_req(rill_sched_t *sch, req_t *r) {
 
 static void free_req(req_t *r) {
     drop_fork(r);
+    rill_sampler_destroy(&r->sampler);
     rill_free(r->question);
     rill_free(r->out);
     rill_free(r->cache);
@@ -187,20 +192,51 @@ static req_kind_t req_kind_of(cmd_kind_t k) {
                                : REQ_ASK;
 }
 
-static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **out) {
+/* Restarts a sampled request's sampler for its (possibly new) question: the PRNG from the seed,
+ * the penalty window holding the question tokens only. */
+static void restart_sampler(req_t *r) {
+    if (r->sampler == NULL) {
+        return;
+    }
+    rill_sampler_reset(r->sampler, rill_sampler_params(r->sampler).seed);
+    for (int32_t i = 0; i < r->n_question; i++) {
+        rill_sampler_accept(r->sampler, r->question[i]);
+    }
+}
+
+/* Makes the request of command c. Errors: RILL_ENOTFOUND, RILL_ENOMEM (*why says what could not
+ * be allocated); nothing is left then. */
+static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **out,
+                          const char **why) {
     *out = NULL;
     sess_t *x = rill__sched_find_sess(sch, c->u.ask.sid);
+    if (x == NULL) {
+        *why = "no such session";
+        return RILL_ENOTFOUND;
+    }
     const rill_sched_ask_t *q = &c->u.ask.ask;
     req_t *r = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *r);
     int32_t *ans = rill_malloc(RILL_MEM_SCHEDULER, (size_t)q->n_max * sizeof *ans);
     int32_t *cache = kind == REQ_STANDING
                          ? rill_malloc(RILL_MEM_SCHEDULER, (size_t)q->n_max * sizeof *cache)
                          : NULL;
-    if (r == NULL || ans == NULL || (kind == REQ_STANDING && cache == NULL) || x == NULL) {
+    if (r == NULL || ans == NULL || (kind == REQ_STANDING && cache == NULL)) {
         rill_free(r);
         rill_free(ans);
         rill_free(cache);
-        return x == NULL ? RILL_ENOTFOUND : RILL_ENOMEM;
+        *why = "out of memory";
+        return RILL_ENOMEM;
+    }
+    if (c->u.ask.sampled) {
+        /* the parameters were checked at submission, so this fails for memory only */
+        rill_err_t err =
+            rill_sampler_new(rill_session_pool_n_vocab(x->m->pool), c->u.ask.sampling, &r->sampler);
+        if (err != RILL_OK) {
+            rill_free(r);
+            rill_free(ans);
+            *why = err == RILL_ENOMEM ? "out of memory (sampler)" : "sampler refused";
+            return err;
+        }
     }
     r->id = c->u.ask.rid;
     r->kind = kind;
@@ -209,6 +245,7 @@ static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **
     r->question = c->u.ask.toks; /* taken over */
     r->n_question = c->u.ask.n;
     c->u.ask.toks = NULL;
+    restart_sampler(r);
     r->out = ans;
     r->cache = cache;
     r->cache_version = -1;
@@ -286,7 +323,7 @@ void rill__sched_submit(rill_sched_t *sch, cmd_t *c) {
         rill__sched_fail_async(c, RILL_ENOTFOUND, "no such session");
         return;
     }
-    if (kind == REQ_ASK) {
+    if (kind == REQ_ASK && !c->u.ask.sampled) { /* the cache holds greedy answers */
         req_t *hit = cached_answer(sch, x, c);
         if (hit != NULL) {
             answer_cached(sch, hit, c);
@@ -294,9 +331,10 @@ void rill__sched_submit(rill_sched_t *sch, cmd_t *c) {
         }
     }
     req_t *r = NULL;
-    rill_err_t err = new_req(sch, c, kind, &r);
+    const char *why = "";
+    rill_err_t err = new_req(sch, c, kind, &r, &why);
     if (err != RILL_OK) {
-        rill__sched_fail_async(c, err, err == RILL_ENOMEM ? "out of memory" : "no such session");
+        rill__sched_fail_async(c, err, why);
         return;
     }
     if (kind == REQ_SPEC) {
@@ -361,6 +399,7 @@ void rill__sched_commit(rill_sched_t *sch, cmd_t *c) {
     r->question = c->u.commit.toks;
     r->n_question = c->u.commit.n;
     c->u.commit.toks = NULL;
+    restart_sampler(r); /* the reply is drawn anew, as a turn with this input would draw it */
     r->n_out = 0;
     r->first_ns = 0;
     if (r->fork == NULL) {

@@ -105,7 +105,24 @@
  * Thread safety: every function may be called from any thread, concurrently; blocking calls
  * wait for the engine to carry them out between two steps (at most about one step: one pass
  * per model).
- * Greedy decoding only (arg-max, lowest id on ties).
+ *
+ * Decoding. An answer is greedy (arg-max, lowest id on ties) unless its rill_sched_ask_t sets
+ * `sampling` with temp > 0: then the engine gives the request its own rill_sampler
+ * (model/rill_sampler.h) for the session's vocabulary, created when the engine takes the
+ * request, tells it the question tokens (rill_sampler_accept: the repetition penalty sees
+ * them; the session's earlier context is not part of its window), and picks every answer token
+ * with rill_sampler_sample, accepting each pick. So an answer is a function of the session's
+ * state, the question and the parameters (seed included), whatever other requests, sampled
+ * or greedy, share its steps (as far as logits are: a batch may change their last bits,
+ * rill_session_step). With temp <= 0 the request is greedy exactly as without
+ * `sampling` (no sampler; the penalty does not apply either). Sampled questions are never
+ * served from a standing query's cache. Standing queries refuse sampling (temp > 0:
+ * RILL_EINVAL): their answers are cached and shared by every asker of the question, so they
+ * stay greedy. Speculation samples as the turn it stands for: on a commit that keeps the
+ * guess the held reply was drawn by a sampler that saw the same input; on a miss the sampler
+ * restarts from its seed and accepts the real input before the reply is decoded anew. Every
+ * step's items that ask for logits get the full row on the host (rill_session_step), so a
+ * sampled request costs its draw, not a change of the pass.
  */
 #ifndef RILL_SCHEDULER_H
 #define RILL_SCHEDULER_H
@@ -115,6 +132,7 @@
 #include <stdint.h>
 
 #include "rill_err.h"
+#include "rill_sampler.h"
 #include "rill_session.h"
 
 #ifdef __cplusplus
@@ -369,11 +387,15 @@ typedef struct rill_sched_ask {
     rill_sched_done_fn on_done;   /* optional; exactly once per question (per refresh for a
                                      standing query) */
     void *user;
+    const rill_sampler_params_t *sampling; /* optional; NULL or temp <= 0: greedy (see
+                                              "Decoding"); copied by the call */
 } rill_sched_ask_t;
 
 /* Asks a question on a session (it is not changed). Returns at once with *rid; the answer
- * streams through on_token and ends with on_done. Errors: RILL_EINVAL, RILL_ENOTFOUND (no such
- * session, checked by the engine: then on_done reports it), RILL_ENOMEM. */
+ * streams through on_token and ends with on_done. Errors: RILL_EINVAL (also for sampling that
+ * rill_sampler_params_valid() refuses; nothing is queued), RILL_ENOMEM; through on_done:
+ * RILL_ENOTFOUND (no such session, checked by the engine), RILL_ENOMEM (the request or its
+ * sampler could not be allocated when the engine took it; no token was decoded). */
 rill_err_t rill_sched_ask(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,
                           rill_sched_rid_t *rid);
 
@@ -389,7 +411,8 @@ rill_err_t rill_sched_turn(rill_sched_t *sch, rill_sched_sid_t sid, const rill_s
 rill_err_t rill_sched_cancel(rill_sched_t *sch, rill_sched_rid_t rid);
 
 /* Registers a standing query (q as for rill_sched_ask; on_done is called with each refreshed
- * answer). The first refresh is scheduled at once. Errors: as rill_sched_ask(). */
+ * answer). The first refresh is scheduled at once. Errors: as rill_sched_ask(), RILL_EINVAL
+ * also for q->sampling with temp > 0 (standing answers are greedy; nothing is registered). */
 rill_err_t rill_sched_standing_register(rill_sched_t *sch, rill_sched_sid_t sid,
                                         const rill_sched_ask_t *q, rill_sched_rid_t *qid);
 
@@ -414,8 +437,9 @@ int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
                                  rill_sched_standing_info_t *out, int64_t cap);
 
 /* Starts speculating: guess is the expected rest of the input, reply decodes the answer (its
- * question field is ignored; on_token sees nothing until a commit). Returns at once. Errors:
- * as rill_sched_ask() (guess in reply->question is not used: pass the guess here). */
+ * question field is ignored; on_token sees nothing until a commit; reply->sampling as for a
+ * turn, see "Decoding"). Returns at once. Errors: as rill_sched_ask() (guess in
+ * reply->question is not used: pass the guess here). */
 rill_err_t rill_sched_spec_start(rill_sched_t *sch, rill_sched_sid_t sid, const int32_t *guess,
                                  int32_t n_guess, const rill_sched_ask_t *reply,
                                  rill_sched_rid_t *spec);

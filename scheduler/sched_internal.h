@@ -127,7 +127,9 @@ typedef struct cmd {
             rill_sched_rid_t rid;
             int32_t *toks; /* owned: question, turn input or guess (NULL once taken over) */
             int32_t n;
-            rill_sched_ask_t ask;
+            rill_sched_ask_t ask;           /* ask.sampling is NULL: see the two below */
+            bool sampled;                   /* the caller asked for temp > 0 */
+            rill_sampler_params_t sampling; /* its copy of the parameters, when sampled */
         } ask;
         struct { /* CMD_CANCEL, CMD_UNREGISTER */
             rill_sched_rid_t rid;
@@ -196,7 +198,8 @@ typedef struct req {
     req_kind_t kind;
     sess_t *sess;
     rill_sched_ask_t ask;
-    int32_t *question; /* owned: question, turn input, or the speculation's guess */
+    rill_sampler_t *sampler; /* owned; NULL: greedy. Has accepted question and answer so far */
+    int32_t *question;       /* owned: question, turn input, or the speculation's guess */
     int32_t n_question;
     rill_session_t *fork;
     phase_t phase;

@@ -563,6 +563,15 @@ static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t si
     if (sch == NULL || q == NULL || rid == NULL || n < 1 || toks == NULL || q->n_max < 1) {
         return RILL_EINVAL;
     }
+    /* the sampler itself is made by the engine, which knows the session's vocabulary; its
+     * parameters are checked here so that bad ones are refused before anything is queued */
+    if (q->sampling != NULL && !rill_sampler_params_valid(q->sampling)) {
+        return RILL_EINVAL;
+    }
+    bool sampled = q->sampling != NULL && q->sampling->temp > 0;
+    if (sampled && kind == CMD_STANDING) {
+        return RILL_EINVAL; /* standing answers are cached for every asker: greedy only */
+    }
     cmd_t *c = new_cmd(kind);
     int32_t *copy = copy_tokens(toks, n);
     if (c == NULL || copy == NULL) {
@@ -576,6 +585,11 @@ static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t si
     c->u.ask.toks = copy;
     c->u.ask.n = n;
     c->u.ask.ask = *q;
+    c->u.ask.ask.sampling = NULL; /* borrowed from the caller: the copy below is used */
+    c->u.ask.sampled = sampled;
+    if (sampled) {
+        c->u.ask.sampling = *q->sampling;
+    }
     rill_err_t err = post(sch, c);
     if (err == RILL_OK) {
         *rid = id;

@@ -1,7 +1,9 @@
 /*
  * step.c - one engine step (contract: rill_scheduler.h, "Work classes", "Step size"): the batch
  * builder, the step-time model that caps a step, reclaiming forks when the pool is exhausted,
- * and what follows a forward pass (every item that asked for logits picks its next token).
+ * and what follows a forward pass (every item that asked for logits picks its next token: the
+ * arg-max, or a draw of the request's own sampler; every such item has its logits row on the
+ * host, so greedy and sampled requests share a pass).
  *
  * The builder goes through the classes from DECODE down; within a class it takes the sessions
  * (and forks) with work of that class round robin from a rotating start, so no session starves
@@ -340,7 +342,16 @@ static void pick(rill_sched_t *sch, model_t *m, int64_t t1) {
             rill__sched_finish(sch, r, RILL_EINTERNAL, "logits missing after a step", false);
             continue;
         }
-        rill__sched_on_pick(sch, r, rill_sampler_argmax(logits, V), t1);
+        int32_t tok = 0;
+        if (r->sampler == NULL) {
+            tok = rill_sampler_argmax(logits, V);
+        } else if (rill_sampler_sample(r->sampler, logits, &tok) == RILL_OK) {
+            rill_sampler_accept(r->sampler, tok); /* the penalty window sees the answer */
+        } else {
+            rill__sched_finish(sch, r, RILL_EINTERNAL, "sampler failed", false);
+            continue;
+        }
+        rill__sched_on_pick(sch, r, tok, t1);
     }
 }
 

@@ -1553,6 +1553,28 @@ START_TEST(sampler_bad_params_and_oom) {
     p.penalty_last_n = -1;
     ck_assert_int_eq(rill_sampler_new(10, p, &s), RILL_EINVAL);
     ck_assert_int_eq(rill_sampler_new(10, rill_sampler_default_params(), NULL), RILL_EINVAL);
+    /* the predicate says the same as creation, for each rule */
+    ck_assert(!rill_sampler_params_valid(&p));
+    ck_assert(!rill_sampler_params_valid(NULL));
+    p = rill_sampler_default_params();
+    ck_assert(rill_sampler_params_valid(&p));
+    p.temp = -1; /* greedy, not an error */
+    ck_assert(rill_sampler_params_valid(&p));
+    const float bad_f[] = { NAN, 0.0f, -1.0f, INFINITY };
+    for (int i = 0; i < 4; i++) {
+        p = rill_sampler_default_params();
+        p.penalty_repeat = bad_f[i];
+        ck_assert(!rill_sampler_params_valid(&p));
+        ck_assert_int_eq(rill_sampler_new(10, p, &s), RILL_EINVAL);
+    }
+    p = rill_sampler_default_params();
+    p.top_p = NAN;
+    ck_assert(!rill_sampler_params_valid(&p));
+    ck_assert_int_eq(rill_sampler_new(10, p, &s), RILL_EINVAL);
+    p = rill_sampler_default_params();
+    p.min_p = NAN;
+    ck_assert(!rill_sampler_params_valid(&p));
+    ck_assert_int_eq(rill_sampler_new(10, p, &s), RILL_EINVAL);
     fail_walk(op_sampler_new, NULL, 4);
     rill_sampler_params_t d = rill_sampler_default_params();
     ck_assert_float_eq(d.temp, 0.8f);

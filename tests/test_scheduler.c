@@ -2,8 +2,10 @@
  * test_scheduler.c - the engine step loop: answers against direct session calls, priorities and
  * preemption, admission and exhaustion, standing queries (cache, coalescing, abandonment),
  * speculation (hit, rollback), cancellation, shared prompts, snapshot/restore, replace (against
- * a direct session given the final text, and with requests in every state), and a
- * multi-threaded stress test whose sessions are checked against per-session records.
+ * a direct session given the final text, and with requests in every state), sampled answers
+ * (against a direct query with a fresh sampler; seeds, temp <= 0, bad parameters, allocation
+ * failure), and a multi-threaded stress test whose sessions are checked against per-session
+ * records.
  *
  * The oracle for answers is the sessions module driven directly (rill_session_append +
  * rill_session_query on a second backend): greedy answers of the tiny random models have no
@@ -11,6 +13,7 @@
  * tiny qwen2 F32 file of tests/data/models (skipped without it: exit 77).
  */
 #include <check.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -2425,6 +2428,457 @@ START_TEST(arguments_are_checked) {
 }
 END_TEST
 
+/* ---- sampled answers ------------------------------------------------------------------------ */
+
+/* Pure temperature (every other stage off): the draw alone decides. */
+static rill_sampler_params_t hot(float temp, uint64_t seed) {
+    rill_sampler_params_t p = rill_sampler_default_params();
+    p.temp = temp;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = seed;
+    return p;
+}
+
+/* The oracle of a sampled answer: a reference session holding tokens[0, n), queried with a fresh
+ * sampler of params that has accepted the question (the scheduler's contract), so every answer
+ * token is drawn by rill_session_generate from the forward pass's logits directly. */
+static int direct_sampled(rig_t *g, const int32_t *tokens, int n, const int32_t *q, int n_q,
+                          int n_max, rill_sampler_params_t params, int32_t *out) {
+    rill_sampler_t *smp = NULL;
+    ck_assert_int_eq(rill_sampler_new(g->V, params, &smp), RILL_OK);
+    for (int i = 0; i < n_q; i++) {
+        rill_sampler_accept(smp, q[i]);
+    }
+    rill_session_t *s = ref_session(g, tokens, n, NULL);
+    rill_session_gen_t gen = { .n_max = n_max, .out = out, .sampler = smp };
+    ck_assert_int_eq(rill_session_query(s, q, n_q, &gen), RILL_OK);
+    rill_session_destroy(&s);
+    rill_sampler_destroy(&smp);
+    return gen.n_out;
+}
+
+/* Asks q on sid with sampling p (NULL: greedy) and waits for the answer; returns its tokens. */
+static int ask_wait(rig_t *g, rill_sched_sid_t sid, const int32_t *q, int n_q, int n_max,
+                    const rill_sampler_params_t *p, int32_t *out) {
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, n_q, n_max, &o);
+    a.sampling = p;
+    rill_sched_rid_t rid = 0;
+    ck_assert_int_eq(rill_sched_ask(g->sch, sid, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    ck_assert_int_eq(o.a.n_tokens, n_max);
+    ck_assert_int_eq(o.n_streamed, n_max);
+    ck_assert_mem_eq(o.streamed, o.tokens, (size_t)n_max * sizeof(int32_t));
+    memcpy(out, o.tokens, (size_t)o.a.n_tokens * sizeof *out);
+    outcome_deinit(&o);
+    return n_max;
+}
+
+/* Sampled and greedy questions decoded in the same steps (the engine is held in a callback
+ * while they are submitted, so it takes them together) each equal their oracle: the direct
+ * query with a fresh sampler of the same parameters, or the greedy direct query. One sampler
+ * is pure temperature, one runs every stage with a repetition penalty (which sees the
+ * question), and one session carries a greedy and a sampled question at once. */
+START_TEST(sampled_answers_match_a_direct_sampler) {
+    enum { NQ = 6, NMAX = 12, NS = 3, ND = 60 };
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid[NS];
+    int32_t data[NS][ND], q[4][NQ], gate_q[NQ];
+    for (int i = 0; i < NS; i++) {
+        sid[i] = new_session(&g, 0, 0);
+        random_tokens(data[i], ND, g.V);
+        ck_assert_int_eq(rill_sched_ingest(g.sch, sid[i], data[i], ND), RILL_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        random_tokens(q[i], NQ, g.V);
+    }
+    random_tokens(gate_q, NQ, g.V);
+    idle(&g);
+    rill_sampler_params_t pt = hot(1.5f, 7), pall = rill_sampler_default_params();
+    pall.temp = 1.2f;
+    pall.penalty_repeat = 1.3f;
+    pall.seed = 11;
+    /* request i: session, question, sampling */
+    const int req_sess[4] = { 0, 1, 2, 2 };
+    const rill_sampler_params_t *req_p[4] = { &pt, &pall, NULL, &pt };
+    gate_t gt = { .entered = false, .open = false };
+    pthread_mutex_init(&gt.mu, NULL);
+    pthread_cond_init(&gt.cv, NULL);
+    outcome_init(&gt.o);
+    rill_sched_ask_t ga = { .question = gate_q,
+                            .n_question = NQ,
+                            .n_max = 1,
+                            .on_token = gate_on_token,
+                            .on_done = gate_on_done,
+                            .user = &gt };
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid[0], &ga, &rid), RILL_OK);
+    pthread_mutex_lock(&gt.mu);
+    while (!gt.entered) {
+        pthread_cond_wait(&gt.cv, &gt.mu);
+    }
+    pthread_mutex_unlock(&gt.mu);
+    outcome_t o[4];
+    for (int i = 0; i < 4; i++) {
+        outcome_init(&o[i]);
+        rill_sched_ask_t a = ask_of(q[i], NQ, NMAX, &o[i]);
+        a.sampling = req_p[i];
+        ck_assert_int_eq(rill_sched_ask(g.sch, sid[req_sess[i]], &a, &rid), RILL_OK);
+    }
+    rill_sched_stats_t st0, st1;
+    pthread_mutex_lock(&gt.mu);
+    gt.open = true;
+    pthread_cond_broadcast(&gt.cv);
+    pthread_mutex_unlock(&gt.mu);
+    wait_done(&gt.o, 1);
+    rill_sched_stats(g.sch, &st0); /* taken between steps, with the four submitted */
+    for (int i = 0; i < 4; i++) {
+        wait_done(&o[i], 1);
+    }
+    rill_sched_stats(g.sch, &st1);
+    /* one after the other they would take 4 * NMAX decode steps at least */
+    ck_assert_int_lt(st1.steps - st0.steps, 2 * NMAX);
+    int32_t want[NMAX], greedy[NMAX];
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(o[i].a.status, RILL_OK);
+        ck_assert_int_eq(o[i].a.n_tokens, NMAX);
+        ck_assert_mem_eq(o[i].streamed, o[i].tokens, NMAX * sizeof(int32_t));
+        int s = req_sess[i];
+        ck_assert_int_eq(direct_answer(&g, data[s], ND, q[i], NQ, NMAX, greedy), NMAX);
+        if (req_p[i] == NULL) {
+            ck_assert_mem_eq(o[i].tokens, greedy, NMAX * sizeof(int32_t));
+            continue;
+        }
+        ck_assert_int_eq(direct_sampled(&g, data[s], ND, q[i], NQ, NMAX, *req_p[i], want), NMAX);
+        for (int k = 0; k < NMAX; k++) {
+            ck_assert_msg(o[i].tokens[k] == want[k], "request %d token %d: %d, the oracle %d", i, k,
+                          o[i].tokens[k], want[k]);
+        }
+        /* and sampling did decide: the draw is not the arg-max throughout */
+        ck_assert(memcmp(o[i].tokens, greedy, NMAX * sizeof(int32_t)) != 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        outcome_deinit(&o[i]);
+    }
+    outcome_deinit(&gt.o);
+    pthread_mutex_destroy(&gt.mu);
+    pthread_cond_destroy(&gt.cv);
+    rig_close(&g);
+}
+END_TEST
+
+/* The seed decides: the same parameters twice give the same answer, another seed (at a high
+ * temperature) another one; temp <= 0 with sampling set is the greedy answer bit for bit,
+ * whatever the other fields say (the penalty included), and may be served from a standing
+ * query's cache while a sampled question is not. */
+START_TEST(sampling_is_seeded_and_temp_zero_is_greedy) {
+    enum { NQ = 5, NMAX = 16 };
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[80], q[NQ];
+    random_tokens(data, 80, g.V);
+    random_tokens(q, NQ, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 80), RILL_OK);
+    idle(&g);
+    int32_t a1[NMAX], a2[NMAX], b[NMAX], gr[NMAX], z[NMAX], want[NMAX];
+    rill_sampler_params_t p1 = hot(2.0f, 1), p2 = hot(2.0f, 2);
+    ask_wait(&g, sid, q, NQ, NMAX, &p1, a1);
+    ask_wait(&g, sid, q, NQ, NMAX, &p1, a2);
+    ck_assert_mem_eq(a1, a2, sizeof a1);
+    ask_wait(&g, sid, q, NQ, NMAX, &p2, b);
+    ck_assert(memcmp(a1, b, sizeof a1) != 0);
+    ask_wait(&g, sid, q, NQ, NMAX, NULL, gr);
+    ck_assert_int_eq(direct_answer(&g, data, 80, q, NQ, NMAX, want), NMAX);
+    ck_assert_mem_eq(gr, want, sizeof gr);
+    const float temps[] = { 0.0f, -1.0f };
+    for (int i = 0; i < 2; i++) {
+        rill_sampler_params_t pz = rill_sampler_default_params();
+        pz.temp = temps[i];
+        pz.penalty_repeat = 1.5f; /* would change the arg-max if it applied */
+        pz.top_k = 1;
+        pz.seed = 99;
+        ask_wait(&g, sid, q, NQ, NMAX, &pz, z);
+        ck_assert_mem_eq(z, gr, sizeof z);
+    }
+    /* a standing query of q: a greedy ask is answered from its cache, a sampled one is not */
+    outcome_t so;
+    outcome_init(&so);
+    rill_sched_ask_t sa = ask_of(q, NQ, NMAX, &so);
+    rill_sched_rid_t qid;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &sa, &qid), RILL_OK);
+    wait_done(&so, 1);
+    idle(&g);
+    ck_assert_mem_eq(so.tokens, gr, sizeof gr);
+    outcome_t oc, os;
+    outcome_init(&oc);
+    outcome_init(&os);
+    rill_sched_ask_t ac = ask_of(q, NQ, NMAX, &oc), as = ask_of(q, NQ, NMAX, &os);
+    rill_sampler_params_t pz = rill_sampler_default_params();
+    pz.temp = 0;
+    ac.sampling = &pz;
+    as.sampling = &p1;
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &ac, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(g.sch, sid, &as, &rid), RILL_OK);
+    wait_done(&oc, 1);
+    wait_done(&os, 1);
+    ck_assert(oc.a.cached);
+    ck_assert_mem_eq(oc.tokens, gr, sizeof gr);
+    ck_assert(!os.a.cached);
+    ck_assert_mem_eq(os.tokens, a1, sizeof a1);
+    ck_assert_int_eq(rill_sched_standing_unregister(g.sch, qid), RILL_OK);
+    outcome_deinit(&so);
+    outcome_deinit(&oc);
+    outcome_deinit(&os);
+    rig_close(&g);
+}
+END_TEST
+
+/* Sampling parameters rill_sampler_new() would refuse are refused at submission (RILL_EINVAL,
+ * no id, nothing queued, no callback), for every request kind; standing queries refuse temp > 0
+ * but take temp <= 0 (greedy). */
+START_TEST(bad_sampling_is_refused_at_submission) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[20], q[4];
+    random_tokens(data, 20, g.V);
+    random_tokens(q, 4, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 20), RILL_OK);
+    idle(&g);
+    rill_sched_stats_t st0, st1;
+    rill_sched_stats(g.sch, &st0);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sampler_params_t bad[5];
+    for (int i = 0; i < 5; i++) {
+        bad[i] = rill_sampler_default_params();
+    }
+    bad[0].temp = NAN;
+    bad[1].top_p = NAN;
+    bad[2].min_p = NAN;
+    bad[3].penalty_repeat = 0.0f;
+    bad[4].penalty_last_n = -1;
+    for (int i = 0; i < 5; i++) {
+        rill_sched_ask_t a = ask_of(q, 4, 3, &o);
+        a.sampling = &bad[i];
+        rill_sched_rid_t rid = 7;
+        ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_EINVAL);
+        ck_assert_uint_eq(rid, 0);
+        rid = 7;
+        ck_assert_int_eq(rill_sched_turn(g.sch, sid, &a, &rid), RILL_EINVAL);
+        ck_assert_uint_eq(rid, 0);
+        rid = 7;
+        ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &a, &rid), RILL_EINVAL);
+        ck_assert_uint_eq(rid, 0);
+        rid = 7;
+        ck_assert_int_eq(rill_sched_spec_start(g.sch, sid, q, 4, &a, &rid), RILL_EINVAL);
+        ck_assert_uint_eq(rid, 0);
+    }
+    rill_sampler_params_t warm = hot(0.7f, 3), cold = hot(0.0f, 3);
+    rill_sched_ask_t a = ask_of(q, 4, 3, &o);
+    a.sampling = &warm;
+    rill_sched_rid_t qid = 7;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &a, &qid), RILL_EINVAL);
+    ck_assert_uint_eq(qid, 0);
+    idle(&g);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert_int_eq(o.n_done, 0);
+    ck_assert_int_eq(st1.questions, st0.questions);
+    ck_assert_int_eq(st1.questions_failed, st0.questions_failed);
+    ck_assert_int_eq(st1.steps, st0.steps);
+    ck_assert_int_eq(rill_sched_standing_list(g.sch, sid, NULL, 0), 0);
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 1); /* the refused turns fed nothing */
+    ck_assert_int_eq(info.st.n_resident, 20);
+    ck_assert_int_eq(info.n_requests, 0);
+    /* temp <= 0 is greedy, which a standing query takes */
+    a.sampling = &cold;
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, sid, &a, &qid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    int32_t want[3];
+    ck_assert_int_eq(direct_answer(&g, data, 20, q, 4, 3, want), 3);
+    ck_assert_mem_eq(o.tokens, want, sizeof want);
+    ck_assert_int_eq(rill_sched_standing_unregister(g.sch, qid), RILL_OK);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
+/* A turn and a speculation sample alike: a sampled turn's reply is the oracle's (the direct
+ * query of its input with a fresh sampler), a speculation whose guess missed restarts its
+ * sampler on the real input and replies the same, and one whose guess was right delivers the
+ * held reply, the same again; the three sessions end with the same tokens. */
+START_TEST(turns_and_speculation_sample_alike) {
+    enum { ND = 50, NI = 10, NMAX = 8 };
+    rig_t g;
+    rig_open(&g);
+    int32_t data[ND], input[NI], guess[NI];
+    random_tokens(data, ND, g.V);
+    random_tokens(input, NI, g.V);
+    memcpy(guess, input, sizeof guess);
+    random_tokens(guess + 6, NI - 6, g.V);
+    rill_sched_sid_t s[3];
+    for (int i = 0; i < 3; i++) {
+        s[i] = new_session(&g, 0, 0);
+        ck_assert_int_eq(rill_sched_ingest(g.sch, s[i], data, ND), RILL_OK);
+    }
+    idle(&g);
+    rill_sampler_params_t p = rill_sampler_default_params();
+    p.temp = 1.5f;
+    p.penalty_repeat = 1.2f;
+    p.seed = 42;
+    outcome_t ot, om, oh;
+    outcome_init(&ot);
+    outcome_init(&om);
+    outcome_init(&oh);
+    rill_sched_ask_t t = ask_of(input, NI, NMAX, &ot);
+    t.sampling = &p;
+    rill_sched_rid_t rid, spec;
+    ck_assert_int_eq(rill_sched_turn(g.sch, s[0], &t, &rid), RILL_OK);
+    wait_done(&ot, 1);
+    ck_assert_int_eq(ot.a.status, RILL_OK);
+    ck_assert(ot.a.adopted);
+    int32_t want[NMAX], greedy[NMAX];
+    ck_assert_int_eq(direct_sampled(&g, data, ND, input, NI, NMAX, p, want), NMAX);
+    ck_assert_mem_eq(ot.tokens, want, sizeof want);
+    direct_turn(&g, data, ND, input, NI, NMAX, greedy);
+    ck_assert(memcmp(want, greedy, sizeof want) != 0);
+    rill_sched_ask_t r = ask_of(NULL, 0, NMAX, &om);
+    r.sampling = &p;
+    ck_assert_int_eq(rill_sched_spec_start(g.sch, s[1], guess, NI, &r, &spec), RILL_OK);
+    idle(&g); /* the reply to the guess is decoded and held */
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, input, NI), RILL_OK);
+    wait_done(&om, 1);
+    ck_assert_int_eq(om.a.status, RILL_OK);
+    ck_assert(om.a.adopted);
+    ck_assert_mem_eq(om.tokens, want, sizeof want);
+    rill_sched_ask_t h = ask_of(NULL, 0, NMAX, &oh);
+    h.sampling = &p;
+    ck_assert_int_eq(rill_sched_spec_start(g.sch, s[2], input, NI, &h, &spec), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(oh.n_streamed, 0);
+    ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, input, NI), RILL_OK);
+    wait_done(&oh, 1);
+    ck_assert(oh.a.adopted);
+    ck_assert_mem_eq(oh.tokens, want, sizeof want);
+    ck_assert_mem_eq(oh.streamed, want, sizeof want);
+    int32_t tk[3][ND + NI + NMAX + 1];
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(rill_sched_session_tokens(g.sch, s[i], tk[i], ND + NI + NMAX + 1),
+                         ND + NI + NMAX);
+        ck_assert_mem_eq(tk[i] + ND + NI, want, sizeof want);
+    }
+    ck_assert_mem_eq(tk[0], tk[1], (ND + NI + NMAX) * sizeof(int32_t));
+    ck_assert_mem_eq(tk[0], tk[2], (ND + NI + NMAX) * sizeof(int32_t));
+    outcome_deinit(&ot);
+    outcome_deinit(&om);
+    outcome_deinit(&oh);
+    rig_close(&g);
+}
+END_TEST
+
+/* An outcome that also keeps on_done's message. */
+typedef struct said {
+    outcome_t o;
+    char msg[200];
+} said_t;
+
+static void said_on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
+    said_t *s = user;
+    snprintf(s->msg, sizeof s->msg, "%s", a->message != NULL ? a->message : "");
+    on_done(&s->o, rid, a);
+}
+
+/* Every allocation of a sampled question failing in turn (core's fail-the-Nth, armed while
+ * the engine is idle): the call returns RILL_ENOMEM with nothing queued, or on_done reports
+ * RILL_ENOMEM; one of them is the sampler's creation and says so; the memory of the model
+ * and scheduler subsystems is back where it was (nothing leaked, ASan checks the rest); and
+ * once nothing fails the answer is the one asked before the walk. */
+START_TEST(sampler_allocation_failure_is_reported) {
+    enum { NQ = 4, NMAX = 5 };
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[30], q[NQ], want[NMAX];
+    random_tokens(data, 30, g.V);
+    random_tokens(q, NQ, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 30), RILL_OK);
+    idle(&g);
+    rill_sampler_params_t p = hot(1.3f, 5);
+    ask_wait(&g, sid, q, NQ, NMAX, &p, want);
+    idle(&g);
+    rill_mem_stats_t m0 = rill_mem_stats(RILL_MEM_MODEL), s0 = rill_mem_stats(RILL_MEM_SCHEDULER);
+    bool saw_sampler = false, succeeded = false;
+    int sync_fail = 0, async_fail = 0;
+    for (int k = 1; k < 200 && !succeeded; k++) {
+        said_t sd;
+        memset(&sd, 0, sizeof sd);
+        outcome_init(&sd.o);
+        rill_sched_ask_t a = { .question = q,
+                               .n_question = NQ,
+                               .n_max = NMAX,
+                               .on_token = on_token,
+                               .on_done = said_on_done,
+                               .user = &sd,
+                               .sampling = &p };
+        rill_sched_rid_t rid = 7;
+        rill_mem_fail_nth(k);
+        rill_err_t err = rill_sched_ask(g.sch, sid, &a, &rid);
+        if (err != RILL_OK) {
+            rill_mem_fail_nth(0);
+            ck_assert_int_eq(err, RILL_ENOMEM);
+            ck_assert_uint_eq(rid, 0);
+            sync_fail++;
+        } else {
+            wait_done(&sd.o, 1);
+            rill_mem_fail_nth(0);
+            if (sd.o.a.status == RILL_OK) {
+                succeeded = true;
+                ck_assert_int_eq(sd.o.a.n_tokens, NMAX);
+                ck_assert_mem_eq(sd.o.tokens, want, sizeof want);
+            } else {
+                ck_assert_msg(sd.o.a.status == RILL_ENOMEM, "k=%d: %s (%s)", k,
+                              rill_err_name(sd.o.a.status), sd.msg);
+                ck_assert_int_eq(sd.o.a.n_tokens, 0);
+                saw_sampler |= strcmp(sd.msg, "out of memory (sampler)") == 0;
+                async_fail++;
+            }
+        }
+        idle(&g);
+        outcome_deinit(&sd.o);
+        rill_mem_stats_t m1 = rill_mem_stats(RILL_MEM_MODEL),
+                         s1 = rill_mem_stats(RILL_MEM_SCHEDULER);
+        ck_assert_msg(m1.bytes == m0.bytes && m1.n_live == m0.n_live,
+                      "k=%d: model memory %lld bytes in %lld blocks, was %lld in %lld", k,
+                      (long long)m1.bytes, (long long)m1.n_live, (long long)m0.bytes,
+                      (long long)m0.n_live);
+        ck_assert_msg(s1.bytes == s0.bytes && s1.n_live == s0.n_live,
+                      "k=%d: scheduler memory %lld bytes in %lld blocks, was %lld in %lld", k,
+                      (long long)s1.bytes, (long long)s1.n_live, (long long)s0.bytes,
+                      (long long)s0.n_live);
+    }
+    ck_assert(succeeded);
+    ck_assert(saw_sampler);
+    ck_assert_int_ge(sync_fail, 2);  /* the command and the token copy */
+    ck_assert_int_ge(async_fail, 6); /* request, answer buffer, the sampler's four blocks */
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, sid, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 1);
+    ck_assert_int_eq(info.st.n_resident, 30);
+    ck_assert_int_eq(info.n_requests, 0);
+    rig_close(&g);
+}
+END_TEST
+
 /* ---- stress: 16 sessions, 4 client threads ------------------------------------------------ */
 
 #define STRESS_SESSIONS 16
@@ -2601,6 +3055,11 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, replace_holds_its_tail_until_a_flush);
         tcase_add_test(tc, refused_replaces_say_why);
         tcase_add_test(tc, replace_after_stop_is_refused);
+        tcase_add_test(tc, sampled_answers_match_a_direct_sampler);
+        tcase_add_test(tc, sampling_is_seeded_and_temp_zero_is_greedy);
+        tcase_add_test(tc, bad_sampling_is_refused_at_submission);
+        tcase_add_test(tc, turns_and_speculation_sample_alike);
+        tcase_add_test(tc, sampler_allocation_failure_is_reported);
     }
     tcase_add_test(tc, stress_sixteen_sessions_isolated);
     suite_add_tcase(su, tc);
