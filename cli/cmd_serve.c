@@ -107,7 +107,8 @@ int cmd_serve(int argc, char **argv) {
     cli_list_t models = { .n = 0 };
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
-            max_delay = p.max_delay_ms, http_replay = p.http_replay;
+            max_delay = p.max_delay_ms, http_replay = p.http_replay,
+            http_stream_max = p.http_stream_max;
     double tick_rate = p.tick_rate;
     bool insecure = false;
     int n_pos = 0;
@@ -132,6 +133,8 @@ int cmd_serve(int argc, char **argv) {
           "HTTP bearer tokens, lines 'TOKEN OWNER'; a token's sessions are its own", 1, 0 },
         { "http-replay", NULL, CLI_INT, &http_replay,
           "events kept per session for an SSE client's Last-Event-ID", 0, 1e6 },
+        { "http-stream-buffer", NULL, CLI_INT, &http_stream_max,
+          "bytes an SSE stream may queue for a slow client before it is cut off", 4096, 1 << 30 },
         { "state", NULL, CLI_STRING, &p.state_dir,
           "directory of session logs, snapshots and metadata (restored at start)", 1, 0 },
         { "fsync", NULL, CLI_STRING, &fsync, "ingest log fsync: always, everysec or never", 1, 0 },
@@ -216,6 +219,7 @@ int cmd_serve(int argc, char **argv) {
     p.max_sessions = (int32_t)max_sessions;
     p.max_delay_ms = max_delay;
     p.http_replay = (int32_t)http_replay;
+    p.http_stream_max = http_stream_max;
     p.tick_rate = tick_rate;
     p.insecure_bind = insecure;
     /* the format may spell newlines as \n (so --help and config files show it on one line) */

@@ -531,7 +531,8 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
     }
     srv_sess_t *x = NULL;
     if (r.cmd != RILL_PROTO_SESSION_CREATE && r.cmd != RILL_PROTO_SESSION_LIST &&
-        r.cmd != RILL_PROTO_SERVER_STATS && (x = own_sess(s, c, &r)) == NULL) {
+        r.cmd != RILL_PROTO_SERVER_STATS && r.cmd != RILL_PROTO_COMPLETE &&
+        (x = own_sess(s, c, &r)) == NULL) {
         return; /* replied */
     }
     switch (r.cmd) {
@@ -573,6 +574,9 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
         break;
     case RILL_PROTO_SERVER_STATS:
         do_server_stats(s, c, &r);
+        break;
+    case RILL_PROTO_COMPLETE:
+        srv_cmd_complete(s, c, &r);
         break;
     case RILL_PROTO_N_CMDS:
         break;

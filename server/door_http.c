@@ -20,7 +20,7 @@
  * answer event; a completion streams OpenAI's chunks; GET .../events follows every event of one
  * session (the door's publish hook), with a replay buffer of the last --http-replay events per
  * session for Last-Event-ID. A stream's bytes wait in its own buffer of at most
- * HTTP_STREAM_MAX bytes; a client that stops reading loses its stream when the buffer is full
+ * --http-stream-buffer bytes; a client that stops reading loses its stream when the buffer is full
  * (counted in event_drops), never the daemon's memory. While a stream has nothing to send its
  * connection is suspended (the content reader suspends it and returns 0) and resumed when bytes
  * arrive; idle streams get a comment line every HTTP_KEEPALIVE_S.
@@ -47,9 +47,9 @@
 #include "rill_msgpack.h"
 #include "server_internal.h"
 
-#define HTTP_STREAM_MAX   (1u << 20) /* bytes a stream may hold for a slow reader */
 #define HTTP_KEEPALIVE_S  15
-#define HTTP_MAX_TOKENS   4096 /* lines of a tokens file */
+#define HTTP_SNDBUF       (64 * 1024) /* bytes of a connection's kernel send buffer */
+#define HTTP_MAX_TOKENS   4096        /* lines of a tokens file */
 #define HTTP_TOKEN_MAX    128
 #define HTTP_IDLE_TIMEOUT 60 /* seconds a connection may sit without a request */
 
@@ -253,7 +253,7 @@ static void stream_put(hreq_t *q, const char *b, size_t n) {
     if (q->out_off > 0 && q->out_off == q->out_len) {
         q->out_off = q->out_len = 0;
     }
-    if (q->out_len - q->out_off + n > HTTP_STREAM_MAX) {
+    if (q->out_len - q->out_off + n > (size_t)q->h->s->p.http_stream_max) {
         q->dead = true; /* the client stopped reading: end its stream, keep the daemon */
         q->h->s->event_drops++;
         resume(q);
@@ -1208,6 +1208,24 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **ctx,
     *ctx = NULL;
 }
 
+/* Each connection's kernel send buffer is kept small (HTTP_SNDBUF), so what a slow reader holds
+ * up is mostly in its stream's own bounded buffer, where it is counted, and a thousand open
+ * connections do not pin megabytes of kernel memory each. */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code) {
+    (void)cls;
+    (void)socket_ctx;
+    if (code != MHD_CONNECTION_NOTIFY_STARTED) {
+        return;
+    }
+    const union MHD_ConnectionInfo *i =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (i != NULL) {
+        int sz = HTTP_SNDBUF;
+        setsockopt(i->connect_fd, SOL_SOCKET, SO_SNDBUF, &sz, sizeof sz);
+    }
+}
+
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
     char msg[300];
@@ -1338,8 +1356,8 @@ int srv_http_start(srv_t *s) {
                   p->http_ep);
         return -1;
     }
-    if (p->http_replay < 0) {
-        RILL_LOGE("rilld: --http-replay must be >= 0");
+    if (p->http_replay < 0 || p->http_stream_max < 4096) {
+        RILL_LOGE("rilld: --http-replay must be >= 0 and --http-stream-buffer >= 4096");
         return -1;
     }
     hdoor_t *h = rill_calloc(RILL_MEM_SERVER, 1, sizeof *h);
@@ -1356,14 +1374,14 @@ int srv_http_start(srv_t *s) {
     if (p->http_tokens != NULL && load_tokens(h, p->http_tokens) != 0) {
         return -1;
     }
-    h->d =
-        MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-                             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-                         0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
-                         on_completed, h, MHD_OPTION_CONNECTION_LIMIT, (unsigned int)4000,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT,
-                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+            (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+        0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned int)4000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     if (h->d == NULL) {
         RILL_LOGE("rilld: cannot serve HTTP on %s (in use, or not an address of this machine)",
                   p->http_ep);

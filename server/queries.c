@@ -151,12 +151,12 @@ rill_err_t srv_submit_query(srv_t *s, pend_t *p, const rill_proto_str_t *q, int3
     return RILL_OK;
 }
 
-static void append_text(pend_t *p, const char *t, size_t n) {
+bool srv_pend_append(pend_t *p, const char *t, size_t n) {
     if (p->answer_len + n + 1 > p->answer_cap) {
         size_t cap = (p->answer_len + n + 1) * 2;
         char *g = rill_realloc(RILL_MEM_SERVER, p->answer, cap);
         if (g == NULL) {
-            return;
+            return false;
         }
         p->answer = g;
         p->answer_cap = cap;
@@ -164,6 +164,7 @@ static void append_text(pend_t *p, const char *t, size_t n) {
     memcpy(p->answer + p->answer_len, t, n);
     p->answer_len += n;
     p->answer[p->answer_len] = '\0';
+    return true;
 }
 
 /* Leading spaces and newlines of an answer, which are not part of it. */
@@ -187,6 +188,10 @@ static size_t answer_len(const char *a, size_t n) {
 }
 
 void srv_on_token(srv_t *s, pend_t *p, int32_t token) {
+    if (p->tmpl != NULL) {
+        srv_complete_token(s, p, token);
+        return;
+    }
     if (p->cut || p->standing) {
         return; /* decoded before the cancel reached the engine; standing: published whole */
     }
@@ -197,7 +202,7 @@ void srv_on_token(srv_t *s, pend_t *p, int32_t token) {
         return;
     }
     size_t before = p->answer_len;
-    append_text(p, piece, (size_t)n);
+    (void)srv_pend_append(p, piece, (size_t)n);
     if (p->fixed_format) {
         size_t skip = answer_skip(p->answer, p->answer_len);
         size_t end = skip + answer_len(p->answer + skip, p->answer_len - skip);
@@ -232,12 +237,12 @@ static void decode_answer(const srv_model_t *m, pend_t *p, const int32_t *tokens
     for (int32_t i = 0; i < n; i++) {
         int64_t k = rill_tokenizer_stream_feed(m->tok, &st, tokens[i], piece, sizeof piece);
         if (k > 0) {
-            append_text(p, piece, (size_t)k);
+            (void)srv_pend_append(p, piece, (size_t)k);
         }
     }
     int64_t k = rill_tokenizer_stream_flush(&st, piece, sizeof piece);
     if (k > 0) {
-        append_text(p, piece, (size_t)k);
+        (void)srv_pend_append(p, piece, (size_t)k);
     }
 }
 
@@ -283,6 +288,10 @@ static void standing_done(srv_t *s, pend_t *p, const rill_sched_answer_t *a, con
 }
 
 void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e) {
+    if (p->tmpl != NULL) {
+        srv_complete_done(s, p, e);
+        return;
+    }
     rill_sched_answer_t *a = &e->a;
     const srv_model_t *m = &s->models[p->sess->model];
     decode_answer(m, p, e->tokens, a->n_tokens);

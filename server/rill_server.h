@@ -72,12 +72,15 @@ typedef struct rill_server_params {
                                     long stream is mostly attention, which flash does 1.3-1.8x
                                     faster, with no length limit (RILL_ATTN_EXACT: llama.cpp's
                                     non-flash bits) */
-    const char *http_ep;     /* HTTP front end "HOST:PORT" (docs/protocol.md, HTTP); NULL
-                                (default): none. Loopback only unless http_tokens or
-                                insecure_bind */
-    const char *http_tokens; /* bearer tokens file, lines "TOKEN OWNER"; NULL: every HTTP
-                                caller is the anonymous owner */
-    int32_t http_replay;     /* events kept per session for Last-Event-ID; default 256 */
+    const char *http_ep;         /* HTTP front end "HOST:PORT" (docs/protocol.md, HTTP); NULL
+                                    (default): none. Loopback only unless http_tokens or
+                                    insecure_bind */
+    const char *http_tokens;     /* bearer tokens file, lines "TOKEN OWNER"; NULL: every HTTP
+                                    caller is the anonymous owner */
+    int32_t http_replay;         /* events kept per session for Last-Event-ID; default 256 */
+    int64_t http_stream_max;     /* bytes an SSE stream may hold for a client that reads slower
+                                    than events come (>= 4096); past it the stream is ended and
+                                    counted in event_drops. Default 1 MiB */
 } rill_server_params_t;
 
 /* The fixed question format (an answer ends at a blank line or a new "Question:"). */

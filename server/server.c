@@ -44,7 +44,8 @@ rill_server_params_t rill_server_default_params(void) {
                                    .attn = RILL_ATTN_FLASH,
                                    .http_ep = NULL,
                                    .http_tokens = NULL,
-                                   .http_replay = 256 };
+                                   .http_replay = 256,
+                                   .http_stream_max = 1 << 20 };
 }
 
 static int start(srv_t *s) {
@@ -107,6 +108,9 @@ static void shutdown_all(srv_t *s) {
                           rill_err_name(err), rill_last_error(err));
             }
         }
+    }
+    if (s->sch != NULL) {
+        srv_complete_stop(s);
     }
     srv_models_stop(s); /* the scheduler first: no callback runs after this */
     while (s->pends != NULL) {

@@ -112,7 +112,22 @@ typedef struct srv_sess {
     uint64_t seq_token, seq_answer, seq_standing; /* per-topic event numbers */
 } srv_sess_t;
 
-/* An ask or standing query waiting on the engine. */
+/* complete's shared prompts: a session no client sees, per model and system prompt, that
+ * completions fork (an ask on it), so a system prompt is evaluated once for all of them. */
+typedef struct srv_tmpl {
+    struct srv_tmpl *next;
+    int32_t model;
+    char *system; /* the rendered system prompt ("" for a plain completion) */
+    size_t len;
+    rill_sched_sid_t sid;
+    int32_t n_tokens;  /* its tokens (BOS included) */
+    int32_t in_flight; /* completions running on it */
+    uint64_t last_used;
+} srv_tmpl_t;
+
+#define SRV_MAX_TMPLS 8
+
+/* An ask, standing query or completion waiting on the engine. */
 typedef struct pend {
     struct pend *next;
     rill_sched_rid_t rid;
@@ -130,6 +145,15 @@ typedef struct pend {
     char *answer; /* ask: the text streamed so far */
     size_t answer_len, answer_cap;
     bool cut; /* ask: the answer ended (fixed format) and the rest was cancelled */
+    /* complete (tmpl != NULL; sess is NULL): */
+    srv_tmpl_t *tmpl;
+    int32_t model;
+    int32_t n_prompt;  /* prompt tokens, the template's included */
+    int32_t n_decoded; /* answer tokens decoded */
+    bool eog;          /* it ended with an end-of-generation token */
+    char stop[RILL_PROTO_MAX_STOP][RILL_PROTO_MAX_STOP_LEN + 1];
+    int32_t n_stop;
+    size_t sent; /* bytes of answer handed to the door's progress hook */
 } pend_t;
 
 /* A closed session's name and owner (CURVE): an XPUB subscription cannot be taken back from
@@ -177,8 +201,8 @@ struct srv {
     msgpack_sbuffer out; /* the reply or event being encoded */
     srv_door_t *doors[2];
     int n_doors;
-    void *zmq;  /* door_zmq.c's state */
-    void *http; /* door_http.c's state; NULL without --http */
+    void *zmq;         /* door_zmq.c's state */
+    void *http;        /* door_http.c's state; NULL without --http */
     int64_t started_s; /* wall-clock time of start-up (Unix seconds) */
     bool curve;
     /* the event queue (events.c) */
@@ -189,7 +213,9 @@ struct srv {
     _Atomic(int64_t) engine_drops; /* tokens the full ring refused */
     /* counters */
     int64_t requests, bad_requests, events, event_drops, reply_drops;
-    int64_t asks_cut; /* asks answered by their end (fixed format) and cancelled in the engine */
+    int64_t asks_cut;  /* asks answered by their end (fixed format) and cancelled in the engine */
+    srv_tmpl_t *tmpls; /* complete's shared prompts (complete.c), at most SRV_MAX_TMPLS */
+    uint64_t tmpl_clock;
 };
 
 /* ---- commands.c ---------------------------------------------------------------------------- */
@@ -244,6 +270,21 @@ void srv_cmd_standing_list(srv_t *s, const srv_call_t *c, const rill_proto_req_t
 /* The socket thread's side of an answer token and of a finished answer. */
 void srv_on_token(srv_t *s, pend_t *p, int32_t token);
 void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e);
+
+/* Appends t[0, n) to p's answer text. false when out of memory (nothing appended). */
+bool srv_pend_append(pend_t *p, const char *t, size_t n);
+
+/* ---- complete.c ---------------------------------------------------------------------------- */
+
+/* The command complete: a stateless completion (a prompt, or chat messages through the model's
+ * template) on a fork of a shared prompt, with sampling and stop strings; its tokens go to the
+ * door's progress hook, its reply is {text, finish_reason, prompt_tokens, completion_tokens,
+ * model}. */
+void srv_cmd_complete(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r);
+void srv_complete_token(srv_t *s, pend_t *p, int32_t token);
+void srv_complete_done(srv_t *s, pend_t *p, srv_done_t *e);
+/* Closes every shared prompt (shutdown, before the scheduler stops). */
+void srv_complete_stop(srv_t *s);
 
 /* ---- events.c ------------------------------------------------------------------------------ */
 

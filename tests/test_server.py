@@ -25,6 +25,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rilld_harness import Rilld as _Rilld  # noqa: E402
+
 try:
     import msgpack
     import zmq
@@ -64,88 +67,11 @@ def check(name, fn):
 
 # ---- daemons ---------------------------------------------------------------------------------
 
-def free_ports(n):
-    """n distinct free loopback TCP ports (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+class Rilld(_Rilld):
+    """rilld on free ports with the test model (rilld_harness.Rilld)."""
 
-
-class Rilld:
-    """One rilld process on free ports. Use as a context manager: it is killed on exit."""
-
-    def __init__(self, state, *extra, host="127.0.0.1", events=None):
-        self.state, self.extra, self.host, self.events = state, list(extra), host, events
-        self.proc = None
-        self.logs = []
-
-    def __enter__(self):
-        self.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.kill()
-
-    def start(self, expect_exit=False):
-        for attempt in range(5):
-            rp, ep = free_ports(2)
-            self.req_ep = f"tcp://127.0.0.1:{rp}"
-            self.ev_ep = self.events or f"tcp://127.0.0.1:{ep}"
-            base = os.path.dirname(os.path.abspath(self.state))
-            ready = os.path.join(base, f"ready-{rp}")
-            if os.path.exists(ready):
-                os.unlink(ready)
-            log = os.path.join(base, f"rilld-{rp}-{len(self.logs)}.log")
-            self.logs.append(log)
-            cmd = [RILLD, "--model", MODEL, "--threads", "1", "--kv-cells", "16384",
-                   "--state", self.state, "--listen", f"tcp://{self.host}:{rp}",
-                   "--events", self.events or f"tcp://{self.host}:{ep}", "--ready-file", ready,
-                   *self.extra]
-            with open(log, "w") as lf:
-                self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=lf)
-            deadline = time.time() + 60
-            while time.time() < deadline:
-                if os.path.exists(ready) and open(ready).read().endswith("\n"):
-                    return self
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.02)
-            if self.proc.poll() is None:
-                self.kill()
-                raise AssertionError(f"rilld did not get ready in 60 s:\n{self.log()}")
-            if expect_exit:
-                return self
-            if "cannot bind" in self.log():
-                continue  # a port was taken meanwhile (parallel tests): try others
-            raise AssertionError(f"rilld exited with {self.proc.returncode}:\n{self.log()}")
-        raise AssertionError("rilld: no free ports")
-
-    def log(self):
-        return open(self.logs[-1]).read() if self.logs else ""
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def stop(self, timeout=60):
-        """SIGTERM; returns the exit code."""
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            raise AssertionError("rilld did not stop on SIGTERM:\n" + self.log())
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def __init__(self, state, *extra, **kw):
+        super().__init__(RILLD, MODEL, state, *extra, **kw)
 
 
 class Client:

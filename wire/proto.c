@@ -23,14 +23,18 @@
 struct rill_proto_dec {
     size_t max_bytes;
     msgpack_zone zone;
-    msgpack_sbuffer ticks; /* ingest.ticks re-packed */
+    msgpack_sbuffer ticks;                              /* ingest.ticks re-packed */
+    rill_proto_msg_t messages[RILL_PROTO_MAX_MESSAGES]; /* complete: messages */
 };
 
 static const char *const k_cmd[RILL_PROTO_N_CMDS] = {
-    "session.create",    "session.close",       "session.list",  "session.stats",
-    "session.snapshot",  "ingest.text",         "ingest.ticks",  "ask",
-    "standing.register", "standing.unregister", "standing.list", "server.stats",
-    "ingest.replace",
+    "session.create",    "session.close",
+    "session.list",      "session.stats",
+    "session.snapshot",  "ingest.text",
+    "ingest.ticks",      "ask",
+    "standing.register", "standing.unregister",
+    "standing.list",     "server.stats",
+    "ingest.replace",    "complete",
 };
 
 /* Arguments, and which commands take them (R required, O optional). */
@@ -47,12 +51,20 @@ typedef enum arg {
     A_QID,
     A_MODEL,
     A_FROM_VERSION,
+    A_PROMPT,
+    A_MESSAGES,
+    A_TEMPERATURE,
+    A_TOP_P,
+    A_SEED,
+    A_STOP,
     A_COUNT
 } arg_t;
 
-static const char *const k_arg[A_COUNT] = { "session",    "window", "sinks", "system",
-                                            "text",       "flush",  "ticks", "question",
-                                            "max_tokens", "qid",    "model", "from_version" };
+static const char *const k_arg[A_COUNT] = { "session",    "window",   "sinks",       "system",
+                                            "text",       "flush",    "ticks",       "question",
+                                            "max_tokens", "qid",      "model",       "from_version",
+                                            "prompt",     "messages", "temperature", "top_p",
+                                            "seed",       "stop" };
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
 static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
@@ -73,6 +85,14 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
     [RILL_PROTO_STANDING_LIST] = { [A_SESSION] = 2 },
     [RILL_PROTO_SERVER_STATS] = { 0 },
     [RILL_PROTO_INGEST_REPLACE] = { [A_SESSION] = 2, [A_FROM_VERSION] = 2, [A_TEXT] = 2 },
+    [RILL_PROTO_COMPLETE] = { [A_MODEL] = 1,
+                              [A_PROMPT] = 1,
+                              [A_MESSAGES] = 1,
+                              [A_MAX_TOKENS] = 1,
+                              [A_TEMPERATURE] = 1,
+                              [A_TOP_P] = 1,
+                              [A_SEED] = 1,
+                              [A_STOP] = 1 },
 };
 
 const char *rill_proto_cmd_name(rill_proto_cmd_t cmd) {
@@ -153,6 +173,10 @@ static bool name_ok(const msgpack_object_str *s) {
     return true;
 }
 
+static bool str_is(const rill_proto_str_t *s, const char *t) {
+    return s->len == strlen(t) && memcmp(s->p, t, s->len) == 0;
+}
+
 static int pack_ticks(void *data, const char *buf, size_t len) {
     return msgpack_sbuffer_write(data, buf, len);
 }
@@ -165,11 +189,12 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
     case A_MODEL:
     case A_SYSTEM:
     case A_TEXT:
+    case A_PROMPT:
     case A_QUESTION: {
         if (v->type != MSGPACK_OBJECT_STR) {
             return fail(msg, msglen, RILL_EFORMAT, "args.%s: must be a string", k_arg[a]);
         }
-        size_t max = a == A_TEXT ? RILL_PROTO_MAX_TEXT : RILL_PROTO_MAX_STR;
+        size_t max = a == A_TEXT || a == A_PROMPT ? RILL_PROTO_MAX_TEXT : RILL_PROTO_MAX_STR;
         if (v->via.str.size > max) {
             return fail(msg, msglen, RILL_ERANGE, "args.%s: %u bytes (at most %zu)", k_arg[a],
                         v->via.str.size, max);
@@ -194,6 +219,9 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             r->present |= RILL_PROTO_HAS_SYSTEM;
         } else if (a == A_TEXT) {
             r->text = s;
+        } else if (a == A_PROMPT) {
+            r->prompt = s;
+            r->present |= RILL_PROTO_HAS_PROMPT;
         } else {
             if (s.len == 0) {
                 return fail(msg, msglen, RILL_EINVAL, "args.question: empty");
@@ -269,6 +297,102 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
         r->ticks_len = d->ticks.size;
         return RILL_OK;
     }
+    case A_TEMPERATURE:
+    case A_TOP_P: {
+        double x;
+        if (v->type == MSGPACK_OBJECT_FLOAT32 || v->type == MSGPACK_OBJECT_FLOAT64) {
+            x = v->via.f64;
+        } else if (as_uint(v, &u)) {
+            x = (double)u;
+        } else {
+            return fail(msg, msglen, RILL_EFORMAT, "args.%s: must be a number", k_arg[a]);
+        }
+        bool ok = a == A_TEMPERATURE ? x >= 0 && x <= 2 : x > 0 && x <= 1; /* NaN fails both */
+        if (!ok) {
+            return fail(msg, msglen, RILL_ERANGE, "args.%s: %g outside %s", k_arg[a], x,
+                        a == A_TEMPERATURE ? "[0, 2]" : "(0, 1]");
+        }
+        if (a == A_TEMPERATURE) {
+            r->temperature = x;
+            r->present |= RILL_PROTO_HAS_TEMPERATURE;
+        } else {
+            r->top_p = x;
+            r->present |= RILL_PROTO_HAS_TOP_P;
+        }
+        return RILL_OK;
+    }
+    case A_SEED:
+        if (!as_uint(v, &u)) {
+            return fail(msg, msglen, RILL_EFORMAT, "args.seed: must be an unsigned integer");
+        }
+        r->seed = u;
+        r->present |= RILL_PROTO_HAS_SEED;
+        return RILL_OK;
+    case A_STOP:
+        if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size > RILL_PROTO_MAX_STOP) {
+            return fail(msg, msglen, RILL_EFORMAT,
+                        "args.stop: must be an array of at most %d "
+                        "strings",
+                        RILL_PROTO_MAX_STOP);
+        }
+        for (uint32_t i = 0; i < v->via.array.size; i++) {
+            const msgpack_object *e = &v->via.array.ptr[i];
+            if (e->type != MSGPACK_OBJECT_STR || e->via.str.size < 1 ||
+                e->via.str.size > RILL_PROTO_MAX_STOP_LEN) {
+                return fail(msg, msglen, RILL_EINVAL, "args.stop[%u]: 1..%d bytes of text", i,
+                            RILL_PROTO_MAX_STOP_LEN);
+            }
+            r->stop[i] = (rill_proto_str_t){ e->via.str.ptr, e->via.str.size };
+        }
+        r->n_stop = (int32_t)v->via.array.size;
+        return RILL_OK;
+    case A_MESSAGES:
+        if (v->type != MSGPACK_OBJECT_ARRAY || v->via.array.size < 1 ||
+            v->via.array.size > RILL_PROTO_MAX_MESSAGES) {
+            return fail(msg, msglen, RILL_EFORMAT,
+                        "args.messages: must be an array of 1..%d "
+                        "messages",
+                        RILL_PROTO_MAX_MESSAGES);
+        }
+        for (uint32_t i = 0; i < v->via.array.size; i++) {
+            const msgpack_object *m = &v->via.array.ptr[i];
+            rill_proto_msg_t *out = &d->messages[i];
+            bool role = false, content = false;
+            if (m->type != MSGPACK_OBJECT_MAP) {
+                return fail(msg, msglen, RILL_EFORMAT, "args.messages[%u]: must be a map", i);
+            }
+            for (uint32_t j = 0; j < m->via.map.size; j++) {
+                const msgpack_object *k = &m->via.map.ptr[j].key, *x = &m->via.map.ptr[j].val;
+                bool is_role = key_is(k, "role"), is_content = key_is(k, "content");
+                if (!is_role && !is_content && !key_is(k, "name")) {
+                    return fail(msg, msglen, RILL_EINVAL,
+                                "args.messages[%u]: keys are role, content (and name)", i);
+                }
+                if (x->type != MSGPACK_OBJECT_STR || x->via.str.size > RILL_PROTO_MAX_TEXT) {
+                    return fail(msg, msglen, RILL_EFORMAT,
+                                "args.messages[%u]: role and content are strings", i);
+                }
+                if (is_role) {
+                    role = true;
+                    out->role = (rill_proto_str_t){ x->via.str.ptr, x->via.str.size };
+                } else if (is_content) {
+                    content = true;
+                    out->content = (rill_proto_str_t){ x->via.str.ptr, x->via.str.size };
+                }
+            }
+            bool known = role && (str_is(&out->role, "system") || str_is(&out->role, "user") ||
+                                  str_is(&out->role, "assistant"));
+            if (!known || !content) {
+                return fail(msg, msglen, RILL_EINVAL,
+                            "args.messages[%u]: needs a role (system, "
+                            "user or assistant) and a content",
+                            i);
+            }
+        }
+        r->messages = d->messages;
+        r->n_messages = (int32_t)v->via.array.size;
+        r->present |= RILL_PROTO_HAS_MESSAGES;
+        return RILL_OK;
     case A_COUNT:
         break;
     }

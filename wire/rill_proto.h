@@ -23,13 +23,16 @@
 extern "C" {
 #endif
 
-#define RILL_PROTO_VERSION    1
-#define RILL_PROTO_MAX_DEPTH  8
-#define RILL_PROTO_MAX_STR    65536   /* bytes of a string argument */
-#define RILL_PROTO_MAX_TEXT   1048576 /* bytes of ingest.text's text */
-#define RILL_PROTO_MAX_NAME   64      /* bytes of a session name */
-#define RILL_PROTO_MAX_TOKENS 1024    /* ask / standing max_tokens */
-#define RILL_PROTO_MAX_WINDOW 1048576 /* window and sinks */
+#define RILL_PROTO_VERSION      1
+#define RILL_PROTO_MAX_DEPTH    8
+#define RILL_PROTO_MAX_STR      65536   /* bytes of a string argument */
+#define RILL_PROTO_MAX_TEXT     1048576 /* bytes of ingest.text's text */
+#define RILL_PROTO_MAX_NAME     64      /* bytes of a session name */
+#define RILL_PROTO_MAX_TOKENS   1024    /* ask / standing max_tokens */
+#define RILL_PROTO_MAX_WINDOW   1048576 /* window and sinks */
+#define RILL_PROTO_MAX_MESSAGES 256     /* complete: messages */
+#define RILL_PROTO_MAX_STOP     4       /* complete: stop strings */
+#define RILL_PROTO_MAX_STOP_LEN 256     /* bytes of one */
 
 typedef enum rill_proto_cmd {
     RILL_PROTO_SESSION_CREATE = 0,
@@ -45,6 +48,7 @@ typedef enum rill_proto_cmd {
     RILL_PROTO_STANDING_LIST,
     RILL_PROTO_SERVER_STATS,
     RILL_PROTO_INGEST_REPLACE,
+    RILL_PROTO_COMPLETE,
     RILL_PROTO_N_CMDS
 } rill_proto_cmd_t;
 
@@ -59,13 +63,23 @@ typedef struct rill_proto_str {
 } rill_proto_str_t;
 
 /* Bits of rill_proto_req_t.present: which optional arguments were given. */
-#define RILL_PROTO_HAS_SESSION    (1u << 0)
-#define RILL_PROTO_HAS_WINDOW     (1u << 1)
-#define RILL_PROTO_HAS_SINKS      (1u << 2)
-#define RILL_PROTO_HAS_SYSTEM     (1u << 3)
-#define RILL_PROTO_HAS_FLUSH      (1u << 4)
-#define RILL_PROTO_HAS_MAX_TOKENS (1u << 5)
-#define RILL_PROTO_HAS_MODEL      (1u << 6)
+#define RILL_PROTO_HAS_SESSION     (1u << 0)
+#define RILL_PROTO_HAS_WINDOW      (1u << 1)
+#define RILL_PROTO_HAS_SINKS       (1u << 2)
+#define RILL_PROTO_HAS_SYSTEM      (1u << 3)
+#define RILL_PROTO_HAS_FLUSH       (1u << 4)
+#define RILL_PROTO_HAS_MAX_TOKENS  (1u << 5)
+#define RILL_PROTO_HAS_MODEL       (1u << 6)
+#define RILL_PROTO_HAS_PROMPT      (1u << 7)
+#define RILL_PROTO_HAS_MESSAGES    (1u << 8)
+#define RILL_PROTO_HAS_TEMPERATURE (1u << 9)
+#define RILL_PROTO_HAS_TOP_P       (1u << 10)
+#define RILL_PROTO_HAS_SEED        (1u << 11)
+
+/* complete: one chat message (role is system, user or assistant). */
+typedef struct rill_proto_msg {
+    rill_proto_str_t role, content;
+} rill_proto_msg_t;
 
 typedef struct rill_proto_req {
     uint64_t id; /* the client's request id (0 when it could not be read) */
@@ -80,6 +94,14 @@ typedef struct rill_proto_req {
     const void *ticks;    /* ingest.ticks: the ticks array re-encoded as one msgpack buffer
                              (rill_tick_decode's input); borrowed like the strings */
     size_t ticks_len;
+    /* complete: */
+    rill_proto_str_t prompt;
+    const rill_proto_msg_t *messages; /* [n_messages], borrowed like the strings */
+    int32_t n_messages;
+    double temperature, top_p; /* [0, 2], (0, 1] */
+    uint64_t seed;
+    rill_proto_str_t stop[RILL_PROTO_MAX_STOP];
+    int32_t n_stop;
 } rill_proto_req_t;
 
 typedef struct rill_proto_dec rill_proto_dec_t;

@@ -1,0 +1,106 @@
+"""Starting rilld for the Python tests: free loopback ports, a ready file, a log per start.
+
+    with Rilld(rilld_binary, model, state_dir, "--flag", ..., http=True) as d:
+        d.req_ep, d.ev_ep       # ZeroMQ endpoints
+        d.http                  # "http://127.0.0.1:PORT" with http=True
+
+Each start picks free ports (and retries when a parallel test took one meanwhile), so tests run
+alone or side by side. Used by test_server.py, test_http.py and the other daemon tests.
+"""
+import os
+import signal
+import socket
+import subprocess
+import time
+
+
+def free_ports(n):
+    """n distinct free loopback TCP ports (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Rilld:
+    """One rilld process on free ports. Use as a context manager: it is killed on exit."""
+
+    def __init__(self, binary, model, state, *extra, host="127.0.0.1", events=None, http=False,
+                 threads=1, kv_cells=16384):
+        self.binary, self.model, self.state, self.extra = binary, model, state, list(extra)
+        self.host, self.events, self.want_http = host, events, http
+        self.threads, self.kv_cells = threads, kv_cells
+        self.proc = None
+        self.logs = []
+        self.http = None
+
+    def __enter__(self):
+        self.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.kill()
+
+    def start(self, expect_exit=False):
+        for attempt in range(5):
+            rp, ep, hp = free_ports(3)
+            self.req_ep = f"tcp://127.0.0.1:{rp}"
+            self.ev_ep = self.events or f"tcp://127.0.0.1:{ep}"
+            base = os.path.dirname(os.path.abspath(self.state))
+            ready = os.path.join(base, f"ready-{rp}")
+            if os.path.exists(ready):
+                os.unlink(ready)
+            log = os.path.join(base, f"rilld-{rp}-{len(self.logs)}.log")
+            self.logs.append(log)
+            cmd = [self.binary, "--model", self.model, "--threads", str(self.threads),
+                   "--kv-cells", str(self.kv_cells), "--state", self.state,
+                   "--listen", f"tcp://{self.host}:{rp}",
+                   "--events", self.events or f"tcp://{self.host}:{ep}", "--ready-file", ready]
+            if self.want_http:
+                self.http = f"http://127.0.0.1:{hp}"
+                cmd += ["--http", f"127.0.0.1:{hp}"]
+            cmd += self.extra
+            with open(log, "w") as lf:
+                self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=lf)
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                if os.path.exists(ready) and open(ready).read().endswith("\n"):
+                    return self
+                if self.proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+            if self.proc.poll() is None:
+                self.kill()
+                raise AssertionError(f"rilld did not get ready in 60 s:\n{self.log()}")
+            if expect_exit:
+                return self
+            if "cannot bind" in self.log() or "cannot serve HTTP" in self.log():
+                continue  # a port was taken meanwhile (parallel tests): try others
+            raise AssertionError(f"rilld exited with {self.proc.returncode}:\n{self.log()}")
+        raise AssertionError("rilld: no free ports")
+
+    def log(self):
+        return open(self.logs[-1]).read() if self.logs else ""
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=60):
+        """SIGTERM; returns the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("rilld did not stop on SIGTERM:\n" + self.log())
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
