@@ -5,7 +5,10 @@
  * Design: the ZAP protocol (RFC 27) over a REP socket on inproc://zeromq.zap.01 in the server's
  * context, served by one thread that polls with a timeout so it notices stop. The admitted keys
  * are a fixed set loaded at start (a restart picks up changes). The User-Id of an admitted
- * connection is its public key in Z85, which is how sessions are owned.
+ * connection is its owner name: the key file's name without ".pub" (clients/alice.pub admits
+ * owner "alice"), the name an HTTP bearer token can also carry, so one owner can use both doors.
+ * State directories written before owners were names hold the Z85 key instead;
+ * srv_auth_name_of_key maps those at restore.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -25,6 +28,7 @@
 struct srv_auth {
     char secret[41];
     uint8_t clients[MAX_CLIENTS][32];
+    char names[MAX_CLIENTS][SRV_OWNER_LEN];
     int n_clients;
     void *rep;
     pthread_t thread;
@@ -62,15 +66,17 @@ static void *zap_main(void *arg) {
             }
         }
         bool ok = false;
-        char user[41] = "";
+        char user[SRV_OWNER_LEN] = "";
+        int who = -1;
         if (n >= 7 && zmq_msg_size(&f[5]) == 5 && memcmp(zmq_msg_data(&f[5]), "CURVE", 5) == 0 &&
             zmq_msg_size(&f[6]) == 32) {
             const uint8_t *key = zmq_msg_data(&f[6]);
             for (int i = 0; i < a->n_clients && !ok; i++) {
                 ok = memcmp(a->clients[i], key, 32) == 0;
+                who = ok ? i : who;
             }
             if (ok) {
-                zmq_z85_encode(user, key, 32);
+                snprintf(user, sizeof user, "%s", a->names[who]);
             }
         }
         ok ? a->admitted++ : a->refused++;
@@ -91,6 +97,61 @@ static void *zap_main(void *arg) {
     return NULL;
 }
 
+/* Reads path/NAME.pub, every one: a->clients and a->names. 0, or -1 with msg. */
+static int load_clients(srv_auth_t *a, const char *path, char *msg, size_t cap) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && d != NULL && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0 || a->n_clients == MAX_CLIENTS) {
+            continue;
+        }
+        bool name_ok = n - 4 < SRV_OWNER_LEN;
+        for (size_t i = 0; i < n - 4 && name_ok; i++) {
+            char c = e->d_name[i];
+            name_ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '_' || c == '-' || c == '.';
+        }
+        char kp[4400];
+        snprintf(kp, sizeof kp, "%s/%s", path, e->d_name);
+        rill_err_t ke =
+            name_ok ? rill_curve_key_read(kp, NULL, a->clients[a->n_clients]) : RILL_EINVAL;
+        if (ke != RILL_OK) {
+            snprintf(msg, cap, "%s: %s", kp,
+                     name_ok ? rill_last_error(ke)
+                             : "the name before .pub is the owner: 1..40 of [A-Za-z0-9_.-]");
+            rc = -1;
+            break;
+        }
+        snprintf(a->names[a->n_clients], SRV_OWNER_LEN, "%.*s", (int)(n - 4), e->d_name);
+        a->n_clients++;
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return rc;
+}
+
+bool srv_auth_name_of_key(const char *dir, const char *z85, char *name, size_t cap) {
+    srv_auth_t *a = rill_calloc(RILL_MEM_SERVER, 1, sizeof *a);
+    char path[4096], msg[300];
+    bool found = false;
+    snprintf(path, sizeof path, "%s/clients", dir);
+    if (a != NULL && strlen(z85) == 40 && load_clients(a, path, msg, sizeof msg) == 0) {
+        for (int i = 0; i < a->n_clients && !found; i++) {
+            char k[41];
+            zmq_z85_encode(k, a->clients[i], 32);
+            if (strcmp(k, z85) == 0) {
+                snprintf(name, cap, "%s", a->names[i]);
+                found = true;
+            }
+        }
+    }
+    rill_free(a);
+    return found;
+}
+
 int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size_t cap) {
     *out = NULL;
     srv_auth_t *a = rill_calloc(RILL_MEM_SERVER, 1, sizeof *a);
@@ -108,26 +169,9 @@ int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size
         return -1;
     }
     snprintf(path, sizeof path, "%s/clients", dir);
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d != NULL && (e = readdir(d)) != NULL) {
-        size_t n = strlen(e->d_name);
-        if (n < 5 || strcmp(e->d_name + n - 4, ".pub") != 0 || a->n_clients == MAX_CLIENTS) {
-            continue;
-        }
-        char kp[4400];
-        snprintf(kp, sizeof kp, "%s/%s", path, e->d_name);
-        ke = rill_curve_key_read(kp, NULL, a->clients[a->n_clients]);
-        if (ke != RILL_OK) {
-            snprintf(msg, cap, "%s (a client's public key)", rill_last_error(ke));
-            closedir(d);
-            rill_free(a);
-            return -1;
-        }
-        a->n_clients++;
-    }
-    if (d != NULL) {
-        closedir(d);
+    if (load_clients(a, path, msg, cap) != 0) {
+        rill_free(a);
+        return -1;
     }
     if (a->n_clients == 0) {
         snprintf(msg, cap, "%s/*.pub: no client key: nobody could connect", path);

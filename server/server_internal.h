@@ -40,7 +40,7 @@
 #include "rill_server.h"
 #include "rill_tokenizer.h"
 
-#define SRV_OWNER_LEN 41  /* Z85 public key + NUL; "" for the anonymous owner */
+#define SRV_OWNER_LEN 41  /* an owner name (1..40 bytes) + NUL; "" for the anonymous owner */
 #define SRV_ADDR_MAX  264 /* bytes of a door's reply address */
 #define SRV_MAX_TICKS 4096
 
@@ -364,8 +364,15 @@ typedef struct srv_auth srv_auth_t;
  * admitted; both read with rill_curve_key_read, wire/rill_curve.h), and starts the ZAP handler
  * thread on ctx (inproc://zeromq.zap.01). It admits a CURVE connection whose client key is listed,
  * with that key (Z85) as the User-Id the server reads from each message; anything else is refused
- * (status 400). Returns 0, or -1 with a message (no thread left running). */
+ * (status 400). The User-Id is the key's owner name: its file's name without .pub, 1..40 of
+ * [A-Za-z0-9_.-] (another name fails the start). Returns 0, or -1 with a message (no thread left
+ * running). */
 int srv_auth_start(void *ctx, const char *dir, srv_auth_t **out, char *msg, size_t cap);
+
+/* The owner name (key file name without .pub) of the client key z85 (Z85, 40 characters)
+ * listed in dir/clients, into name[0, cap). false when no listed key is it. For state written
+ * when owners were keys. */
+bool srv_auth_name_of_key(const char *dir, const char *z85, char *name, size_t cap);
 
 /* Makes sock a CURVE server with the loaded secret key (call before bind). 0 or -1. */
 int srv_auth_server_socket(srv_auth_t *a, void *sock);

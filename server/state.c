@@ -179,6 +179,13 @@ static bool read_meta(srv_t *s, srv_sess_t *x) {
         return false;
     }
     snprintf(x->owner, sizeof x->owner, "%s", strcmp(owner, "-") == 0 ? "" : owner);
+    char name[SRV_OWNER_LEN];
+    if (s->p.curve_dir != NULL && strlen(x->owner) == 40 &&
+        srv_auth_name_of_key(s->p.curve_dir, x->owner, name, sizeof name)) {
+        /* written when a CURVE owner was its key: now the key file's name */
+        snprintf(x->owner, sizeof x->owner, "%s", name);
+        srv_write_meta(s, x);
+    }
     return true;
 }
 
