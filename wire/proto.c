@@ -30,7 +30,7 @@ static const char *const k_cmd[RILL_PROTO_N_CMDS] = {
     "session.create",    "session.close",       "session.list",  "session.stats",
     "session.snapshot",  "ingest.text",         "ingest.ticks",  "ask",
     "standing.register", "standing.unregister", "standing.list", "server.stats",
-    "ingest.replace",
+    "ingest.replace",    "server.metrics",
 };
 
 /* Arguments, and which commands take them (R required, O optional). */
@@ -73,6 +73,7 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
     [RILL_PROTO_STANDING_LIST] = { [A_SESSION] = 2 },
     [RILL_PROTO_SERVER_STATS] = { 0 },
     [RILL_PROTO_INGEST_REPLACE] = { [A_SESSION] = 2, [A_FROM_VERSION] = 2, [A_TEXT] = 2 },
+    [RILL_PROTO_SERVER_METRICS] = { 0 },
 };
 
 const char *rill_proto_cmd_name(rill_proto_cmd_t cmd) {
