@@ -78,6 +78,22 @@ uint64_t rill_hist_rank(const rill_hist_t *h, uint64_t rank) {
     return h->max;
 }
 
+uint64_t rill_hist_count_le(const rill_hist_t *h, uint64_t value) {
+    if (h->count == 0 || value >= h->max) {
+        return h->count;
+    }
+    uint64_t n = 0;
+    for (int b = 0; b < RILL_HIST_BUCKETS; b++) {
+        uint64_t lo, hi;
+        rill_hist_bucket_range(b, &lo, &hi);
+        if (hi > value) {
+            break; /* buckets ascend: none after this one lies at or below value either */
+        }
+        n += h->buckets[b];
+    }
+    return n;
+}
+
 uint64_t rill_hist_quantile(const rill_hist_t *h, double q) {
     if (h->count == 0) {
         return 0;

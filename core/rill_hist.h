@@ -54,6 +54,14 @@ uint64_t rill_hist_rank(const rill_hist_t *h, uint64_t rank);
 /* Mean of the samples; 0 when empty. */
 double rill_hist_mean(const rill_hist_t *h);
 
+/* How many samples are at most value, at the histogram's precision: the samples of every
+ * bucket that lies wholly at or below value, or all of them when value >= max. So it never
+ * counts a sample above value, and it leaves out only samples of value's own bucket (within
+ * 1/32 below value; none when value is a bucket's upper edge, rill_hist_bucket_range, or below
+ * 2^RILL_HIST_SUB_BITS). Non-decreasing in value; 0 when empty. For exporting cumulative
+ * buckets (Prometheus `le`). O(buckets). */
+uint64_t rill_hist_count_le(const rill_hist_t *h, uint64_t value);
+
 /* Adds every sample of src into dst. */
 void rill_hist_merge(rill_hist_t *dst, const rill_hist_t *src);
 

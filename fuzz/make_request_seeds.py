@@ -123,6 +123,7 @@ def seeds():
     out["standing-unregister"] = req("standing.unregister", [SESSION, ("qid", u(3))])
     out["standing-list"] = req("standing.list", [SESSION])
     out["server-stats"] = req("server.stats", rid=2 ** 40)
+    out["server-metrics"] = req("server.metrics")
     # wide encodings of the same
     out["wide-ask"] = m([(s("v", 2), u(1, 4)), (s("id", 3), u(9, 4)), (s("cmd", 1), s("ask", 3)),
                          (s("args", 2), m([(s("session", 3), s("alpha", 2)),

@@ -36,6 +36,10 @@ static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
     o->ns_per_step = m0->ns_fixed;
     o->chunk_cap = rill__sched_step_cap(sch, m0);
     o->n_sessions = sch->n_sessions;
+    o->backlog = 0;
+    for (const sess_t *x = sch->sessions; x != NULL; x = x->next) {
+        o->backlog += rill_session_pending(x->s);
+    }
     for (int32_t i = 0; i < sch->n_models; i++) {
         const model_t *m = &sch->models[i];
         o->reserved_pages += m->reserved;
@@ -58,6 +62,9 @@ static void fill_model_info(rill_sched_t *sch, const model_t *m, rill_sched_mode
                                     .free_pages = rill_session_pool_n_free(m->pool),
                                     .total_pages = m->n_pages };
     memcpy(o->tokens, m->tokens, sizeof o->tokens);
+    for (const sess_t *x = sch->sessions; x != NULL; x = x->next) {
+        o->backlog += x->m == m ? rill_session_pending(x->s) : 0;
+    }
 }
 
 /* The session a session-addressed command names; NULL (reported to its caller) when there is

@@ -132,6 +132,7 @@
 #include <stdint.h>
 
 #include "rill_err.h"
+#include "rill_hist.h"
 #include "rill_sampler.h"
 #include "rill_session.h"
 
@@ -473,9 +474,14 @@ typedef struct rill_sched_stats {
     int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */
     int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
     int64_t prefix_shared_pages; /* pages forks of shared prompts did not have to compute */
+    int64_t backlog;             /* tokens acknowledged to the open sessions and not yet
+                                    evaluated (their n_pending, summed), now */
+    rill_hist_t step_ns;         /* duration of each forward pass counted in steps (ns; so
+                                    step_ns.count == steps): the time busy_ns sums, less that of
+                                    passes stopped by preemption */
 } rill_sched_stats_t;
 
-/* Fills *out (a consistent copy taken between steps). Blocks. */
+/* Fills *out (a consistent copy taken between steps; about 16 KiB with its histogram). Blocks. */
 void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out);
 
 typedef struct rill_sched_model_info {
@@ -487,6 +493,7 @@ typedef struct rill_sched_model_info {
     int32_t chunk_cap;
     int32_t n_sessions;
     int32_t reserved_pages, overflow_pages, free_pages, total_pages;
+    int64_t backlog; /* as rill_sched_stats_t's, over its sessions */
 } rill_sched_model_info_t;
 
 /* Fills *out for model `model` (a consistent copy taken between steps). Errors: RILL_EINVAL

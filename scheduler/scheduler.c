@@ -247,6 +247,7 @@ rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_mod
         return RILL_ENOMEM;
     }
     sch->prm = params != NULL ? *params : rill_sched_default_params();
+    rill_hist_init(&sch->st.step_ns);
     sch->models = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->models);
     sch->order = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->order);
     if (sch->models == NULL || sch->order == NULL) {
@@ -689,6 +690,7 @@ void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out) {
     c.u.stats.out = out;
     if (call(sch, &c) != RILL_OK) {
         memset(out, 0, sizeof *out);
+        rill_hist_init(&out->step_ns);
     }
 }
 

@@ -404,6 +404,7 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         }
         sch->st.busy_ns += t1 - t0;
         m->busy_ns += t1 - t0;
+        rill_hist_record(&sch->st.step_ns, (uint64_t)(t1 - t0));
         sch->st.steps++;
         m->steps++;
         int32_t T = 0;

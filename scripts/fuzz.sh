@@ -6,6 +6,7 @@
 #   gguf     fuzz/fuzz_gguf.c     the GGUF reader and model loader (the default)
 #   ticks    fuzz/fuzz_ticks.c    market ticks (msgpack, CSV), the rate governor, the text cleaner
 #   request  fuzz/fuzz_request.c  rilld's request decoder (wire/proto.c)
+#   http_json fuzz/fuzz_http_json.c  the HTTP door's JSON bodies into that decoder (server/json.c)
 # (the fuzz_ prefix may be given too). New inputs go to fuzz/corpus-run/TARGET (not checked in);
 # the seeds and regressions in fuzz/corpus/TARGET are read as well. Crashes are written to
 # BUILD/crashes/TARGET/: copy each one into fuzz/corpus/TARGET/ as a regression once it is fixed.
@@ -14,7 +15,7 @@ set -euo pipefail
 
 target=gguf
 case "${1:-}" in
-gguf | ticks | request | fuzz_gguf | fuzz_ticks | fuzz_request)
+gguf | ticks | request | http_json | fuzz_gguf | fuzz_ticks | fuzz_request | fuzz_http_json)
     target=${1#fuzz_}
     shift
     ;;
@@ -27,6 +28,7 @@ case "$target" in
 gguf) max_len=16384 ;;
 ticks) max_len=8192 ;;
 request) max_len=4096 ;;
+http_json) max_len=4096 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}

@@ -56,6 +56,9 @@ void srv_reply_begin(srv_t *s, msgpack_packer *pk, uint64_t id, rill_err_t st,
     srv_pk_kv_int(pk, "v", RILL_PROTO_VERSION);
     srv_pk_str(pk, "id");
     msgpack_pack_uint64(pk, id);
+    if (st != RILL_OK && s->replying > 0) {
+        s->cmd_errors[s->replying - 1]++;
+    }
     srv_pk_kv_str(pk, "status", rill_err_name(st));
     srv_pk_kv_str(pk, "message", message != NULL ? message : "");
     srv_pk_str(pk, "result");
@@ -520,19 +523,30 @@ static void do_server_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_
     srv_reply_send(s, &c->from);
 }
 
-void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
+void srv_handle_bad(srv_t *s, const srv_call_t *c, uint64_t id, rill_err_t err, const char *msg) {
     s->requests++;
+    s->bad_requests++;
+    s->cmd_requests[SRV_CMD_INVALID]++;
+    s->replying = 1 + SRV_CMD_INVALID;
+    srv_reply_err(s, &c->from, id, err, msg);
+    s->replying = 0;
+}
+
+void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
     rill_proto_req_t r;
     rill_err_t err = rill_proto_decode(s->dec, buf, len, &r);
     if (err != RILL_OK) {
-        s->bad_requests++;
-        srv_reply_err(s, &c->from, r.id, err, rill_last_error(err));
+        srv_handle_bad(s, c, r.id, err, rill_last_error(err));
         return;
     }
+    s->requests++;
+    s->cmd_requests[r.cmd]++;
+    s->replying = 1 + (int)r.cmd; /* replies sent from here on answer this command */
     srv_sess_t *x = NULL;
     if (r.cmd != RILL_PROTO_SESSION_CREATE && r.cmd != RILL_PROTO_SESSION_LIST &&
-        r.cmd != RILL_PROTO_SERVER_STATS && r.cmd != RILL_PROTO_COMPLETE &&
-        (x = own_sess(s, c, &r)) == NULL) {
+        r.cmd != RILL_PROTO_SERVER_STATS && r.cmd != RILL_PROTO_SERVER_METRICS &&
+        r.cmd != RILL_PROTO_COMPLETE && (x = own_sess(s, c, &r)) == NULL) {
+        s->replying = 0;
         return; /* replied */
     }
     switch (r.cmd) {
@@ -578,7 +592,11 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
     case RILL_PROTO_COMPLETE:
         srv_cmd_complete(s, c, &r);
         break;
+    case RILL_PROTO_SERVER_METRICS:
+        srv_cmd_metrics(s, c, &r);
+        break;
     case RILL_PROTO_N_CMDS:
         break;
     }
+    s->replying = 0;
 }

@@ -393,7 +393,10 @@ void srv_complete_done(srv_t *s, pend_t *p, srv_done_t *e) {
                                             came */
     }
     msgpack_packer pk;
+    int replying = s->replying; /* counted under complete, whatever command is running */
+    s->replying = 1 + RILL_PROTO_COMPLETE;
     srv_reply_begin(s, &pk, p->req_id, a->status, a->status == RILL_OK ? "" : e->message);
+    s->replying = replying;
     if (a->status == RILL_OK) {
         msgpack_pack_map(&pk, 5);
         srv_pk_str(&pk, "text");

@@ -236,6 +236,18 @@ static void set_error(hreq_t *q, unsigned status, rill_err_t code, const char *m
     set_resp(q, status, error_json(status, rill_err_name(code), message), "application/json");
 }
 
+/* A request the door itself refuses (no such route, bad method, token, body): counted as the
+ * command layer counts a frame it cannot decode (server.stats bad_requests, the metrics'
+ * "invalid" command), then answered with the error. */
+static void refuse(hreq_t *q, unsigned status, rill_err_t code, const char *message) {
+    srv_t *s = q->h->s;
+    s->requests++;
+    s->bad_requests++;
+    s->cmd_requests[SRV_CMD_INVALID]++;
+    s->cmd_errors[SRV_CMD_INVALID]++;
+    set_error(q, status, code, message);
+}
+
 static void resume(hreq_t *q) {
     if (q->suspended) {
         q->suspended = false;
@@ -775,7 +787,7 @@ static json_t *openai_args(hreq_t *q, json_t *body) {
             q->want_stream = json_is_true(v);
         } else if (strcmp(k, "n") == 0 || strcmp(k, "best_of") == 0) {
             if (!json_is_null(v) && !(json_is_integer(v) && json_integer_value(v) == 1)) {
-                set_error(q, 400, RILL_EUNSUPPORTED, "only n = 1 is supported");
+                refuse(q, 400, RILL_EUNSUPPORTED, "only n = 1 is supported");
                 json_decref(a);
                 return NULL;
             }
@@ -790,7 +802,7 @@ static json_t *openai_args(hreq_t *q, json_t *body) {
         } else {
             char msg[200];
             snprintf(msg, sizeof msg, "unsupported field '%.*s'", 80, k);
-            set_error(q, 400, RILL_EINVAL, msg);
+            refuse(q, 400, RILL_EINVAL, msg);
             json_decref(a);
             return NULL;
         }
@@ -925,12 +937,12 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
     srv_t *s = h->s;
     if (q->route == R_STATUS) {
         if (strcmp(q->method, "GET") != 0) {
-            set_error(q, 405, RILL_EINVAL, "GET only");
+            refuse(q, 405, RILL_EINVAL, "GET only");
             return;
         }
         char *page = malloc(srv_status_page_len + 1);
         if (page == NULL) {
-            set_error(q, 503, RILL_ENOMEM, "out of memory");
+            refuse(q, 503, RILL_ENOMEM, "out of memory");
             return;
         }
         memcpy(page, srv_status_page, srv_status_page_len);
@@ -942,7 +954,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
     if (cmd == NULL) {
         char msg[80];
         snprintf(msg, sizeof msg, "method %s is not allowed here", q->method);
-        set_error(q, 405, RILL_EINVAL, msg);
+        refuse(q, 405, RILL_EINVAL, msg);
         return;
     }
     json_t *body = NULL;
@@ -958,7 +970,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
                 snprintf(msg, sizeof msg, "the body must be a JSON object");
             }
             json_decref(body);
-            set_error(q, 400, RILL_EFORMAT, msg);
+            refuse(q, 400, RILL_EFORMAT, msg);
             return;
         }
     } else {
@@ -982,7 +994,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
         if (st != NULL) {
             if (q->route != R_ASK || !json_is_boolean(st)) {
                 json_decref(args);
-                set_error(q, 400, RILL_EINVAL, "'stream' is a boolean of ask");
+                refuse(q, 400, RILL_EINVAL, "'stream' is a boolean of ask");
                 return;
             }
             q->want_stream = json_is_true(st);
@@ -994,7 +1006,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
              ticks = json_object_get(args, "ticks") != NULL;
         if (text == ticks) {
             json_decref(args);
-            set_error(q, 400, RILL_EINVAL, "ingest takes either \"text\" or \"ticks\"");
+            refuse(q, 400, RILL_EINVAL, "ingest takes either \"text\" or \"ticks\"");
             return;
         }
         cmd = text ? "ingest.text" : "ingest.ticks";
@@ -1002,7 +1014,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
     if (q->session[0] != '\0') {
         if (json_object_get(args, "session") != NULL) {
             json_decref(args);
-            set_error(q, 400, RILL_EINVAL, "the session is named by the path, not the body");
+            refuse(q, 400, RILL_EINVAL, "the session is named by the path, not the body");
             return;
         }
         json_object_set_new(args, "session", json_string(q->session));
@@ -1026,7 +1038,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
     json_decref(args);
     if (rc != 0 || sb.data == NULL) {
         msgpack_sbuffer_destroy(&sb);
-        set_error(q, 400, RILL_EFORMAT, "the body nests too deep");
+        refuse(q, 400, RILL_EFORMAT, "the body nests too deep");
         return;
     }
     srv_call_t c = { .owner = q->owner };
@@ -1116,18 +1128,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         h->reqs = q;
         *ctx = q;
         if (!parse_route(q, url)) {
-            set_error(q, 404, RILL_ENOTFOUND, "no such route (docs/protocol.md, HTTP)");
+            refuse(q, 404, RILL_ENOTFOUND, "no such route (docs/protocol.md, HTTP)");
         } else if (h->n_tokens > 0) {
             const char *o = owner_of_token(h, mc);
             if (o == NULL) {
-                set_error(q, 401, RILL_EPERM, "a valid 'Authorization: Bearer TOKEN' is needed");
+                refuse(q, 401, RILL_EPERM, "a valid 'Authorization: Bearer TOKEN' is needed");
             } else {
                 snprintf(q->owner, sizeof q->owner, "%s", o);
             }
         }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         if (!q->have_resp && cl != NULL && strtoull(cl, NULL, 10) > (uint64_t)h->s->p.max_msg) {
-            set_error(q, 413, RILL_ERANGE, "the body is larger than --max-msg");
+            refuse(q, 413, RILL_ERANGE, "the body is larger than --max-msg");
         }
         if (q->route == R_EVENTS) {
             const char *le = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Last-Event-ID");
@@ -1145,7 +1157,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     if (*upload_size > 0) {
         if (!q->have_resp) {
             if (q->len + *upload_size > (size_t)h->s->p.max_msg) {
-                set_error(q, 413, RILL_ERANGE, "the body is larger than --max-msg");
+                refuse(q, 413, RILL_ERANGE, "the body is larger than --max-msg");
                 *upload_size = 0;
                 return queue(q);
             }
@@ -1156,7 +1168,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
                 }
                 char *b = rill_realloc(RILL_MEM_SERVER, q->body, cap);
                 if (b == NULL) {
-                    set_error(q, 503, RILL_ENOMEM, "out of memory");
+                    refuse(q, 503, RILL_ENOMEM, "out of memory");
                     *upload_size = 0;
                     return queue(q);
                 }

@@ -170,10 +170,8 @@ static void recv_request(srv_t *s, zdoor_t *z) {
         c.from.b[0] = n == 3;
         memcpy(c.from.b + 1, zmq_msg_data(&parts[0]), zmq_msg_size(&parts[0]));
         if (bad || (n == 3 && zmq_msg_size(&parts[1]) != 0)) {
-            s->requests++;
-            s->bad_requests++;
-            srv_reply_err(s, &c.from, 0, RILL_EFORMAT,
-                          "a request is one frame (after an optional empty delimiter)");
+            srv_handle_bad(s, &c, 0, RILL_EFORMAT,
+                           "a request is one frame (after an optional empty delimiter)");
         } else {
             srv_handle(s, &c, zmq_msg_data(&parts[n - 1]), zmq_msg_size(&parts[n - 1]));
         }

@@ -309,6 +309,7 @@ void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e) {
     }
     msgpack_packer pk;
     if (a->status == RILL_OK) {
+        rill_hist_record(&s->ttft, a->ttft_ns > 0 ? (uint64_t)a->ttft_ns : 0);
         srv_event_begin(s, &pk, 7, ++p->sess->seq_answer, p->sess, "answer");
         srv_pk_kv_int(&pk, "rid", (int64_t)p->req_id);
         srv_pk_str(&pk, "answer");
@@ -320,7 +321,10 @@ void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e) {
         srv_pk_kv_dbl(&pk, "ttft_compute_ms", (double)a->ttft_compute_ns / 1e6);
         srv_publish(s, p->sess, "answer");
     }
+    int replying = s->replying; /* this may run inside another command (a close drains) */
+    s->replying = 1 + RILL_PROTO_ASK;
     srv_reply_begin(s, &pk, p->req_id, a->status, a->status == RILL_OK ? "" : e->message);
+    s->replying = replying;
     if (a->status == RILL_OK) {
         msgpack_pack_map(&pk, 9);
         srv_pk_str(&pk, "answer");

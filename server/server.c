@@ -144,6 +144,7 @@ int rill_server_run(const rill_server_params_t *params, volatile sig_atomic_t *s
     s->p = params != NULL ? *params : rill_server_default_params();
     s->efd = -1;
     s->started_s = (int64_t)time(NULL);
+    rill_hist_init(&s->ttft);
     msgpack_sbuffer_init(&s->out);
     if (srv_events_init(s) != 0 || start(s) != 0) {
         shutdown_all(s);

@@ -5,6 +5,7 @@
  *   server.c    rill_server_run: start-up, the socket thread's poll loop, shutdown
  *   models.c    the model registry: every --model loaded once (tokenizer, chat template,
  *               forward, session pool) over one backend
+ *   metrics.c   server.metrics: the figures in the Prometheus text format
  *   commands.c  the transport-neutral command layer: a request frame in (decoded and checked by
  *               wire/'s rill_proto_decode), ownership checked, the command carried out through
  *               the scheduler, its reply and events encoded once and handed to the door the
@@ -32,6 +33,7 @@
 
 #include "rill_chat.h"
 #include "rill_forward.h"
+#include "rill_hist.h"
 #include "rill_market.h"
 #include "rill_model.h"
 #include "rill_proto.h"
@@ -40,9 +42,11 @@
 #include "rill_server.h"
 #include "rill_tokenizer.h"
 
-#define SRV_OWNER_LEN 41  /* an owner name (1..40 bytes) + NUL; "" for the anonymous owner */
-#define SRV_ADDR_MAX  264 /* bytes of a door's reply address */
-#define SRV_MAX_TICKS 4096
+#define SRV_OWNER_LEN   41  /* an owner name (1..40 bytes) + NUL; "" for the anonymous owner */
+#define SRV_ADDR_MAX    264 /* bytes of a door's reply address */
+#define SRV_MAX_TICKS   4096
+#define SRV_CMD_INVALID RILL_PROTO_N_CMDS       /* the command label of undecodable frames */
+#define SRV_CMD_LABELS  (RILL_PROTO_N_CMDS + 1) /* commands, and "invalid" */
 
 typedef struct srv srv_t;
 typedef struct srv_door srv_door_t;
@@ -213,7 +217,12 @@ struct srv {
     _Atomic(int64_t) engine_drops; /* tokens the full ring refused */
     /* counters */
     int64_t requests, bad_requests, events, event_drops, reply_drops;
-    int64_t asks_cut;  /* asks answered by their end (fixed format) and cancelled in the engine */
+    int64_t asks_cut; /* asks answered by their end (fixed format) and cancelled in the engine */
+    /* per command (rill_proto_cmd_t; [SRV_CMD_INVALID]: frames that did not decode): requests
+     * received, and replies with a status other than OK (srv_reply_begin counts them) */
+    int64_t cmd_requests[SRV_CMD_LABELS], cmd_errors[SRV_CMD_LABELS];
+    int replying;      /* 1 + the index in cmd_errors of the command being answered; 0: none */
+    rill_hist_t ttft;  /* asks answered (status OK, cached ones too): their ttft_ns */
     srv_tmpl_t *tmpls; /* complete's shared prompts (complete.c), at most SRV_MAX_TMPLS */
     uint64_t tmpl_clock;
 };
@@ -223,6 +232,11 @@ struct srv {
 /* Carries out one request frame buf[0, len) from c and sends its reply (now, or when its
  * answer is complete). */
 void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len);
+
+/* A request that could not be decoded at all (the door's own check, e.g. a frame count, or
+ * rill_proto_decode's): counted in requests, bad_requests and under the command label
+ * "invalid"; replies err with msg and id (0 when unknown). */
+void srv_handle_bad(srv_t *s, const srv_call_t *c, uint64_t id, rill_err_t err, const char *msg);
 
 /* Encoding into s->out. A reply is {v, id, status, message, result}: reply_begin packs all
  * but the result's value, which the caller packs, then srv_reply_send sends it. */
@@ -249,6 +263,40 @@ void srv_link_sess(srv_t *s, srv_sess_t *x);
 /* A new session record (its rate governor made); NULL when out of memory. */
 srv_sess_t *srv_new_sess(srv_t *s);
 void srv_free_sess(srv_sess_t *x);
+
+/* ---- metrics.c ----------------------------------------------------------------------------- */
+
+#define SRV_METRICS_N_LE 15 /* the histograms' `le` bounds below +Inf: 0.001 .. 60 s */
+
+/* One model's figures. */
+typedef struct srv_metrics_model {
+    const char *name; /* borrowed */
+    int64_t sessions, steps, busy_ns;
+    int64_t tokens[RILL_SCHED_N_CLASSES];
+    int64_t pages_total, pages_used, pages_free, pages_reserved;
+    int64_t backlog;
+} srv_metrics_model_t;
+
+/* Everything server.metrics exports, as plain figures (about 32 KiB: allocate it). */
+typedef struct srv_metrics {
+    rill_hist_t ttft; /* asks' time to first token, ns */
+    rill_hist_t step; /* forward passes' durations, ns */
+    int64_t requests[SRV_CMD_LABELS], errors[SRV_CMD_LABELS];
+    int64_t event_drops, reply_drops, engine_drops;
+    int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
+    int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
+    int32_t n_models;
+    srv_metrics_model_t models[RILL_SERVER_MAX_MODELS];
+} srv_metrics_t;
+
+/* Writes m in the Prometheus text exposition format 0.0.4 (every metric with its HELP and TYPE
+ * lines; the names: docs/protocol.md "Metrics") into buf[0, cap), NUL-terminated when cap > 0,
+ * as snprintf does: returns the text's whole length (without the NUL) even when cap is smaller,
+ * so a call with cap 0 (buf may then be NULL) sizes the buffer. Pure; any thread. */
+int64_t srv_metrics_render(const srv_metrics_t *m, char *buf, size_t cap);
+
+/* The command server.metrics: collects the figures and replies {text}. */
+void srv_cmd_metrics(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r);
 
 /* ---- queries.c ----------------------------------------------------------------------------- */
 

@@ -19,3 +19,14 @@ endforeach()
 # header, with a fake front door.
 rill_test(test_server_events SOURCES test_server_events.c LIBS rill_server PkgConfig::MSGPACK
           LABELS "unit;concurrency")
+# server.metrics' Prometheus text (server/metrics.c's renderer, through the private header)
+# from known figures, and the command through srv_handle over the tiny model with a fake door.
+rill_test(test_server_metrics SOURCES test_server_metrics.c LIBS rill_server PkgConfig::MSGPACK
+          LABELS unit TIMEOUT 120)
+# server.metrics over loopback: the Prometheus text checked by promtool (Debian's prometheus
+# package, scripts/setup.sh) and its counters against what the test sent.
+add_test(NAME test_server_metrics_live
+         COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server.py
+                 $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} metrics)
+set_tests_properties(test_server_metrics_live PROPERTIES TIMEOUT 300 LABELS "integration"
+                     SKIP_RETURN_CODE 77)

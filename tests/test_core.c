@@ -289,6 +289,55 @@ START_TEST(hist_rank_exact_ends_and_small_values) {
 }
 END_TEST
 
+START_TEST(hist_count_le_cumulative_and_never_above) {
+    rill_hist_t *h = malloc(sizeof *h);
+    rill_hist_init(h);
+    ck_assert_uint_eq(rill_hist_count_le(h, 0), 0);
+    ck_assert_uint_eq(rill_hist_count_le(h, UINT64_MAX), 0);
+    /* 1000 and 1002 share the bucket [992, 1007]; 1008 opens the next one. */
+    uint64_t v[] = { 3, 1000, 1002, 1008, 5000000, 70000000 };
+    for (int i = 0; i < 6; i++) {
+        rill_hist_record(h, v[i]);
+    }
+    ck_assert_uint_eq(rill_hist_count_le(h, 2), 0);
+    ck_assert_uint_eq(rill_hist_count_le(h, 3), 1); /* exact below 2^RILL_HIST_SUB_BITS */
+    ck_assert_uint_eq(rill_hist_count_le(h, 991), 1);
+    ck_assert_uint_eq(rill_hist_count_le(h, 1002), 1); /* its own bucket reaches above 1002 */
+    ck_assert_uint_eq(rill_hist_count_le(h, 1006), 1);
+    ck_assert_uint_eq(rill_hist_count_le(h, 1007), 3); /* the bucket's upper edge: exact */
+    ck_assert_uint_eq(rill_hist_count_le(h, 1008), 3);
+    ck_assert_uint_eq(rill_hist_count_le(h, 4999999), 4);
+    ck_assert_uint_eq(rill_hist_count_le(h, 69999999), 5);
+    ck_assert_uint_eq(rill_hist_count_le(h, 70000000), 6); /* the max: all of them */
+    ck_assert_uint_eq(rill_hist_count_le(h, UINT64_MAX), 6);
+    /* Against the samples themselves: never more than the samples at most x, never fewer
+     * than those at most x less its bucket's width, and non-decreasing. */
+    rill_hist_init(h);
+    uint64_t x = 12345;
+    for (int i = 0; i < 2000; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        rill_hist_record(h, (x >> 20) % 100000000);
+    }
+    uint64_t prev = 0;
+    for (uint64_t q = 0; q < 100000000; q += 99991) {
+        uint64_t got = rill_hist_count_le(h, q);
+        uint64_t at_most = 0, below = 0;
+        uint64_t y = 12345;
+        for (int i = 0; i < 2000; i++) {
+            y = y * 6364136223846793005ULL + 1442695040888963407ULL;
+            uint64_t s = (y >> 20) % 100000000;
+            at_most += s <= q;
+            below += s + s / 32 + 1 <= q;
+        }
+        ck_assert_uint_le(got, at_most);
+        ck_assert_uint_ge(got, below);
+        ck_assert_uint_ge(got, prev);
+        prev = got;
+    }
+    free(h);
+}
+END_TEST
+
 /* ---- random numbers ---- */
 
 START_TEST(rand_splitmix64_reference_values) {
@@ -525,6 +574,7 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, hist_buckets_cover_values_exactly);
     tcase_add_test(tc, hist_quantiles_within_precision);
     tcase_add_test(tc, hist_rank_exact_ends_and_small_values);
+    tcase_add_test(tc, hist_count_le_cumulative_and_never_above);
     tcase_add_test(tc, rand_splitmix64_reference_values);
     tcase_add_test(tc, rand_xoshiro256ss_reference_values);
     tcase_add_test(tc, rand_double_is_the_top_53_bits);

@@ -414,6 +414,45 @@ def t_tokens():
         assert d.proc.wait(30) != 0 and "without --http-tokens" in d.log(), d.log()
 
 
+def metric(text, name, **labels):
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    key = f"{name}{{{want}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(key + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{key} not in the metrics")
+
+
+def t_metrics():
+    """GET /metrics is Prometheus text (promtool checks it) that counts HTTP requests: asks by
+    command, the door's own refusals as "invalid", completions, TTFT."""
+    with tempfile.TemporaryDirectory() as tmp, daemon(tmp) as d:
+        st, text, r = call(d, "GET", "/metrics")
+        assert st == 200 and r.getheader("Content-Type").startswith("text/plain; version=0.0.4")
+        p = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout.strip() == "", (p.stdout, p.stderr)
+        ok(d, "POST", "/v1/sessions", {"session": "m"}, want=201)
+        ok(d, "POST", "/v1/sessions/m/ingest", {"text": FACTS})
+        for _ in range(3):
+            ok(d, "POST", "/v1/sessions/m/ask", {"question": "How old is Bob?", "max_tokens": 4})
+        error_of(d, "POST", "/v1/sessions/m/ask", raw=b"{not json")
+        error_of(d, "GET", "/v1/nowhere")
+        ok(d, "POST", "/v1/completions", {"model": MODEL_NAME, "prompt": "Hi", "max_tokens": 2})
+        after = call(d, "GET", "/metrics")[1]
+        p = subprocess.run(["promtool", "check", "metrics"], input=after, capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout.strip() == "", (p.stdout, p.stderr)
+        for cmd, n in [("ask", 3), ("complete", 1), ("invalid", 2), ("session.create", 1)]:
+            got = metric(after, "rill_requests_total", command=cmd) - \
+                metric(text, "rill_requests_total", command=cmd)
+            assert got == n, (cmd, got)
+        assert metric(after, "rill_request_errors_total", command="invalid") - \
+            metric(text, "rill_request_errors_total", command="invalid") == 2
+        assert metric(after, "rill_ttft_seconds_count") - metric(text, "rill_ttft_seconds_count") \
+            == 3
+
+
 def keygen(prefix):
     p = subprocess.run([RILL, "keygen", prefix], capture_output=True, text=True, timeout=30)
     assert p.returncode == 0, p.stderr

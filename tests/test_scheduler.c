@@ -331,6 +331,42 @@ START_TEST(ingest_is_refused_when_too_much_is_queued) {
 }
 END_TEST
 
+/* stats.backlog is the open sessions' tokens acknowledged and not yet evaluated, in the same
+ * consistent copy as the tokens evaluated (so exactly the ingested less the evaluated), per
+ * model too; step_ns holds one sample per counted step, within busy_ns. */
+START_TEST(stats_count_backlog_and_step_times) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t a = new_session(&g, 4, 124), b = new_session(&g, 4, 124);
+    rill_sched_stats_t st;
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.backlog, 0);
+    ck_assert_uint_eq(st.step_ns.count, 0);
+    ck_assert_uint_eq(st.step_ns.min, UINT64_MAX); /* an empty histogram, initialized */
+    int32_t *data = malloc(1000 * sizeof *data);
+    random_tokens(data, 1000, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, a, data, 600), RILL_OK);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, b, data + 600, 400), RILL_OK);
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.backlog, 1000 - st.tokens[RILL_SCHED_INGEST]);
+    rill_sched_model_info_t mi;
+    ck_assert_int_eq(rill_sched_model_info(g.sch, 0, &mi), RILL_OK);
+    ck_assert_int_eq(mi.backlog, 1000 - mi.tokens[RILL_SCHED_INGEST]);
+    idle(&g);
+    rill_sched_stats(g.sch, &st);
+    ck_assert_int_eq(st.backlog, 0);
+    ck_assert_int_eq(st.tokens[RILL_SCHED_INGEST], 1000);
+    ck_assert_int_ge(st.steps, 1000 / 32);
+    ck_assert_uint_eq(st.step_ns.count, (uint64_t)st.steps);
+    ck_assert_uint_gt(st.step_ns.min, 0);
+    ck_assert(st.step_ns.sum <= (double)st.busy_ns);
+    ck_assert_int_eq(rill_sched_model_info(g.sch, 0, &mi), RILL_OK);
+    ck_assert_int_eq(mi.backlog, 0);
+    free(data);
+    rig_close(&g);
+}
+END_TEST
+
 /* A question submitted while a step of lower work runs stops that step mid-pass (preempted):
  * the ingest it carried is evaluated later, nothing is lost or doubled, and the answers are
  * the direct query's. A long backlog keeps the engine in ingest steps the whole time. */
@@ -3022,6 +3058,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, ask_matches_direct_query);
         tcase_add_test(tc, async_ingest_is_ordered_and_acknowledged);
         tcase_add_test(tc, questions_preempt_running_steps);
+        tcase_add_test(tc, stats_count_backlog_and_step_times);
         tcase_add_test(tc, ingest_is_refused_when_too_much_is_queued);
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);

@@ -1145,6 +1145,164 @@ def t_models():
             d.kill()
 
 
+
+# ---- server.metrics: the Prometheus text, checked by promtool (issue 16 part 4) ---------------
+
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+METRIC_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+METRIC_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
+
+
+def parse_metrics(text):
+    """{family: type} and {(name, ((label, value), ...)): value} of a text exposition; asserts
+    that every sample follows its family's HELP and TYPE lines."""
+    types, samples, family = {}, {}, None
+    lines = text.split("\n")
+    assert lines[-1] == "", "the text must end with a line feed"
+    for line in lines[:-1]:
+        if line.startswith("# HELP "):
+            family = line.split(" ")[2]
+            assert family not in types, ("family twice", family)
+            continue
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ")
+            assert name == family, ("TYPE without its HELP", line)
+            types[name] = kind
+            continue
+        m = METRIC_SAMPLE.match(line)
+        assert m, ("not a sample line", line)
+        name, labels, value = m.group(1), m.group(2) or "", m.group(3)
+        assert family is not None and name.startswith(family) and family in types, (family, line)
+        if name != family:
+            assert types[family] == "histogram" and name[len(family):] in (
+                "_bucket", "_sum", "_count"), line
+        key = (name, tuple(METRIC_LABEL.findall(labels)))
+        assert key not in samples, ("sample twice", line)
+        samples[key] = float(value)
+    return types, samples
+
+
+def documented_metrics():
+    """The metric names of docs/protocol.md's "Metrics" table."""
+    doc = open(os.path.join(SRC, "docs", "protocol.md")).read()
+    section = doc.split("## Metrics", 1)[1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `(rill_[a-z_]+)`", section, re.M))
+
+
+def promtool_check(text):
+    assert os.path.exists(PROMTOOL), "promtool is missing (scripts/setup.sh installs prometheus)"
+    r = subprocess.run([PROMTOOL, "check", "metrics"], input=text.encode(), capture_output=True,
+                       timeout=60)
+    assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), (
+        r.returncode, r.stdout.decode(), r.stderr.decode())
+
+
+def t_metrics():
+    with tempfile.TemporaryDirectory() as tmp, Rilld(os.path.join(tmp, "state")) as d:
+        c = Client(d)
+
+        def metrics():
+            r = c.call("server.metrics")
+            assert set(r) == {"text"} and isinstance(r["text"], str), r
+            promtool_check(r["text"])
+            return parse_metrics(r["text"])
+
+        def val(samples, name, **labels):
+            return samples[(name, tuple(labels.items()))]  # labels in the text's order
+
+        types, m0 = metrics()
+        assert set(types) == documented_metrics(), (set(types) ^ documented_metrics())
+        assert types["rill_ttft_seconds"] == types["rill_step_duration_seconds"] == "histogram"
+        assert val(m0, "rill_ttft_seconds_count") == 0
+        assert val(m0, "rill_sessions", model=MODEL_NAME) == 0
+
+        c.call("session.create", session="met")
+        c.call("ingest.text", session="met", text=FACTS, flush=True)
+        settled_stats(c, "met")
+        sub = Sub(d, "met/standing")
+        time.sleep(0.2)  # let the subscription reach rilld
+        asks_ok = 0
+        assert "42" in c.call("ask", session="met", question=QUESTION, max_tokens=16)["answer"]
+        asks_ok += 1
+        c.call("ask", session="met", question="What is the capital of France?")
+        asks_ok += 1
+        assert c.err("ask", session="nope", question="q") == "ENOTFOUND"  # an ask's error
+        q = "When does the train leave?"
+        c.call("standing.register", session="met", question=q, max_tokens=8)
+        sub.drain(30, until=lambda ev: len(ev) >= 1)
+        assert sub.of("met/standing"), "no standing answer"
+        hit = c.call("ask", session="met", question=q, max_tokens=8)  # the standing cache
+        assert hit["cached"] is True, hit
+        asks_ok += 1
+        c.raw(b"\xc1")  # not msgpack: an invalid frame
+        assert c.recv()["status"] == "EFORMAT"
+        assert c.err("server.metrics", verbose=True) == "EINVAL"  # takes no argument: invalid
+        settled_stats(c, "met")
+        types, m1 = metrics()
+        st = stats(c)
+
+        def delta(name, **labels):
+            return val(m1, name, **labels) - val(m0, name, **labels)
+
+        # requests and errors by command: exactly what was sent
+        assert delta("rill_requests_total", command="ask") == 4
+        assert delta("rill_request_errors_total", command="ask") == 1
+        assert delta("rill_requests_total", command="invalid") == 2
+        assert delta("rill_request_errors_total", command="invalid") == 2
+        assert delta("rill_requests_total", command="server.metrics") == 1
+        for cmd in ("session.create", "ingest.text", "standing.register"):
+            assert delta("rill_requests_total", command=cmd) == 1, cmd
+            assert delta("rill_request_errors_total", command=cmd) == 0, cmd
+        total = sum(v for (n, _), v in m1.items() if n == "rill_requests_total")
+        assert total == st["requests"] - 1, (total, st["requests"])  # the stats call itself
+        # TTFT: one sample per ask answered; buckets cumulative up to +Inf == _count
+        assert delta("rill_ttft_seconds_count") == asks_ok
+        assert val(m1, "rill_ttft_seconds_sum") > 0
+        for h in ("rill_ttft_seconds", "rill_step_duration_seconds"):
+            b = sorted(((float(lb[0][1]), v) for (n, lb), v in m1.items()
+                        if n == h + "_bucket"), key=lambda x: x[0])
+            assert len(b) == 16 and b[-1][0] == float("inf"), b
+            assert all(x[1] <= y[1] for x, y in zip(b, b[1:])), b
+            assert b[-1][1] == val(m1, h + "_count"), b
+        # steps: one sample per forward pass
+        steps = val(m1, "rill_steps_total", model=MODEL_NAME)
+        assert val(m1, "rill_step_duration_seconds_count") == steps == st["steps"] > 0, st
+        assert 0 < val(m1, "rill_step_duration_seconds_sum") <= st["busy_ms"] / 1e3 + 1e-6
+        # tokens by class, sessions, pages, backlog, standing: as server.stats says
+        for cls in ("decode", "prefill", "ingest", "standing"):
+            assert val(m1, "rill_tokens_total", model=MODEL_NAME, **{"class": cls}) == \
+                st["tokens_" + cls], (cls, st)
+        assert val(m1, "rill_tokens_total", model=MODEL_NAME, **{"class": "ingest"}) > 0
+        assert val(m1, "rill_tokens_total", model=MODEL_NAME, **{"class": "spec"}) == 0
+        assert val(m1, "rill_sessions", model=MODEL_NAME) == st["sessions"] == 1
+        cap, used = (val(m1, "rill_kv_pages_capacity", model=MODEL_NAME),
+                     val(m1, "rill_kv_pages_used", model=MODEL_NAME))
+        free = val(m1, "rill_kv_pages_free", model=MODEL_NAME)
+        assert cap == st["total_pages"] and free == st["free_pages"] and used + free == cap
+        assert used > 0 and val(m1, "rill_kv_pages_reserved", model=MODEL_NAME) == \
+            st["reserved_pages"] > 0, st
+        assert val(m1, "rill_backlog_tokens", model=MODEL_NAME) == 0
+        assert val(m1, "rill_standing_refreshes_total") == st["standing_refreshes"] >= 1
+        assert delta("rill_standing_cache_hits_total") == 1
+        assert val(m1, "rill_standing_cache_hits_total") == st["standing_cache_hits"]
+        for k in ("event_drops", "reply_drops", "engine_drops"):
+            assert val(m1, f"rill_{k}_total") == st[k], k
+        for k in ("computed", "kept", "wasted"):
+            assert val(m1, f"rill_spec_tokens_{k}_total") == 0, k
+        # the backlog while a long input is being evaluated: at most what was ingested, at
+        # least what the session still has queued afterwards (it only shrinks meanwhile)
+        seen = c.call("session.stats", session="met")["n_seen"]
+        c.call("ingest.text", session="met", text=FACTS * 10, flush=True)
+        _, m2 = metrics()
+        backlog = val(m2, "rill_backlog_tokens", model=MODEL_NAME)
+        assert backlog >= c.call("session.stats", session="met")["n_pending"], backlog
+        assert backlog <= settled_stats(c, "met")["n_seen"] - seen, backlog
+        assert val(metrics()[1], "rill_backlog_tokens", model=MODEL_NAME) == 0
+        sub.close()
+        c.close()
+        assert d.stop() == 0, d.log()
+
+
 def main():
     global CTX
     if zmq is None:

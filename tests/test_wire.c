@@ -487,6 +487,17 @@ START_TEST(proto_decodes_every_command) {
     ck_assert_int_eq(decode(d, &q, &r), RILL_OK);
     ck_assert_int_eq(r.cmd, RILL_PROTO_SERVER_STATS);
     req_end(&q);
+    req_begin(&q, "server.metrics", 0);
+    ck_assert_int_eq(decode(d, &q, &r), RILL_OK);
+    ck_assert_int_eq(r.cmd, RILL_PROTO_SERVER_METRICS);
+    ck_assert_str_eq(rill_proto_cmd_name(RILL_PROTO_SERVER_METRICS), "server.metrics");
+    req_end(&q);
+    req_begin(&q, "server.metrics", 1); /* it takes no argument */
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_OK), "server.metrics takes no argument"));
+    req_end(&q);
     static const char no_args[] = "\x83\xa1v\x01\xa2id\x05\xa3"
                                   "cmd\xacsession.list";
     ck_assert_int_eq(rill_proto_decode(d, no_args, sizeof no_args - 1, &r), RILL_OK);

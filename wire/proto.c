@@ -35,6 +35,7 @@ static const char *const k_cmd[RILL_PROTO_N_CMDS] = {
     "standing.register", "standing.unregister",
     "standing.list",     "server.stats",
     "ingest.replace",    "complete",
+    "server.metrics",
 };
 
 /* Arguments, and which commands take them (R required, O optional). */
@@ -93,6 +94,7 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
                               [A_TOP_P] = 1,
                               [A_SEED] = 1,
                               [A_STOP] = 1 },
+    [RILL_PROTO_SERVER_METRICS] = { 0 },
 };
 
 const char *rill_proto_cmd_name(rill_proto_cmd_t cmd) {

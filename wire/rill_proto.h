@@ -49,6 +49,7 @@ typedef enum rill_proto_cmd {
     RILL_PROTO_SERVER_STATS,
     RILL_PROTO_INGEST_REPLACE,
     RILL_PROTO_COMPLETE,
+    RILL_PROTO_SERVER_METRICS,
     RILL_PROTO_N_CMDS
 } rill_proto_cmd_t;
 
