@@ -509,6 +509,146 @@ START_TEST(proto_decodes_every_command) {
 }
 END_TEST
 
+/* complete: a prompt or messages, sampling numbers in range, stop strings; each bad one is
+ * refused with its reason. */
+static void complete_one(rill_proto_dec_t *d, const char *json_like, void (*fn)(msgpack_packer *),
+                         rill_err_t want, const char *sub) {
+    req_t q;
+    req_begin(&q, "complete", 1);
+    fn(&q.pk);
+    rill_proto_req_t r;
+    rill_err_t e = decode(d, &q, &r);
+    ck_assert_msg(e == want, "%s: %d (%s)", json_like, (int)e, rill_last_error(RILL_OK));
+    if (sub != NULL) {
+        ck_assert_msg(strstr(rill_last_error(RILL_OK), sub) != NULL, "%s: '%s' lacks '%s'",
+                      json_like, rill_last_error(RILL_OK), sub);
+    }
+    req_end(&q);
+}
+
+static void c_temp_nan(msgpack_packer *pk) {
+    pk_s(pk, "temperature");
+    msgpack_pack_double(pk, NAN);
+}
+static void c_temp_high(msgpack_packer *pk) {
+    pk_s(pk, "temperature");
+    msgpack_pack_double(pk, 2.5);
+}
+static void c_top_p_zero(msgpack_packer *pk) {
+    pk_s(pk, "top_p");
+    msgpack_pack_double(pk, 0.0);
+}
+static void c_stop_five(msgpack_packer *pk) {
+    pk_s(pk, "stop");
+    msgpack_pack_array(pk, 5);
+    for (int i = 0; i < 5; i++) {
+        pk_s(pk, "x");
+    }
+}
+static void c_stop_empty(msgpack_packer *pk) {
+    pk_s(pk, "stop");
+    msgpack_pack_array(pk, 1);
+    pk_s(pk, "");
+}
+static void c_msgs_role(msgpack_packer *pk) {
+    pk_s(pk, "messages");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 2);
+    pk_s(pk, "role");
+    pk_s(pk, "robot");
+    pk_s(pk, "content");
+    pk_s(pk, "hi");
+}
+static void c_msgs_empty(msgpack_packer *pk) {
+    pk_s(pk, "messages");
+    msgpack_pack_array(pk, 0);
+}
+static void c_msgs_key(msgpack_packer *pk) {
+    pk_s(pk, "messages");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 3);
+    pk_s(pk, "role");
+    pk_s(pk, "user");
+    pk_s(pk, "content");
+    pk_s(pk, "hi");
+    pk_s(pk, "tool");
+    pk_s(pk, "x");
+}
+static void c_seed_neg(msgpack_packer *pk) {
+    pk_s(pk, "seed");
+    msgpack_pack_int64(pk, -1);
+}
+
+START_TEST(proto_decodes_complete) {
+    rill_proto_dec_t *d = NULL;
+    ck_assert_int_eq(rill_proto_dec_new(1 << 20, &d), RILL_OK);
+    req_t q;
+    rill_proto_req_t r;
+    req_begin(&q, "complete", 7);
+    pk_s(&q.pk, "messages");
+    msgpack_pack_array(&q.pk, 2);
+    msgpack_pack_map(&q.pk, 2);
+    pk_s(&q.pk, "role");
+    pk_s(&q.pk, "system");
+    pk_s(&q.pk, "content");
+    pk_s(&q.pk, "Be brief.");
+    msgpack_pack_map(&q.pk, 3);
+    pk_s(&q.pk, "content");
+    pk_s(&q.pk, "Hi");
+    pk_s(&q.pk, "role");
+    pk_s(&q.pk, "user");
+    pk_s(&q.pk, "name");
+    pk_s(&q.pk, "ann");
+    pk_s(&q.pk, "temperature");
+    msgpack_pack_double(&q.pk, 0.5);
+    pk_s(&q.pk, "top_p");
+    msgpack_pack_int(&q.pk, 1);
+    pk_s(&q.pk, "seed");
+    msgpack_pack_uint64(&q.pk, 42);
+    pk_s(&q.pk, "stop");
+    msgpack_pack_array(&q.pk, 2);
+    pk_s(&q.pk, "\n");
+    pk_s(&q.pk, "END");
+    pk_s(&q.pk, "max_tokens");
+    msgpack_pack_int(&q.pk, 9);
+    pk_s(&q.pk, "model");
+    pk_s(&q.pk, "m1");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_OK);
+    ck_assert_int_eq(r.cmd, RILL_PROTO_COMPLETE);
+    ck_assert_str_eq(rill_proto_cmd_name(RILL_PROTO_COMPLETE), "complete");
+    ck_assert_int_eq(r.n_messages, 2);
+    ck_assert(str_is(r.messages[0].role, "system") && str_is(r.messages[0].content, "Be brief."));
+    ck_assert(str_is(r.messages[1].role, "user") && str_is(r.messages[1].content, "Hi"));
+    ck_assert(r.present & RILL_PROTO_HAS_MESSAGES);
+    ck_assert(!(r.present & RILL_PROTO_HAS_PROMPT));
+    ck_assert(r.present & RILL_PROTO_HAS_TEMPERATURE);
+    ck_assert(r.temperature == 0.5 && r.top_p == 1.0 && r.seed == 42);
+    ck_assert_int_eq(r.n_stop, 2);
+    ck_assert(str_is(r.stop[0], "\n") && str_is(r.stop[1], "END"));
+    ck_assert_int_eq(r.max_tokens, 9);
+    ck_assert(str_is(r.model, "m1"));
+    req_end(&q);
+    req_begin(&q, "complete", 1);
+    pk_s(&q.pk, "prompt");
+    pk_s(&q.pk, "Once upon");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_OK);
+    ck_assert(str_is(r.prompt, "Once upon") && (r.present & RILL_PROTO_HAS_PROMPT));
+    ck_assert(!(r.present & (RILL_PROTO_HAS_TEMPERATURE | RILL_PROTO_HAS_SEED)));
+    ck_assert_int_eq(r.n_stop, 0);
+    req_end(&q);
+    complete_one(d, "temperature NaN", c_temp_nan, RILL_ERANGE, "temperature");
+    complete_one(d, "temperature 2.5", c_temp_high, RILL_ERANGE, "[0, 2]");
+    complete_one(d, "top_p 0", c_top_p_zero, RILL_ERANGE, "(0, 1]");
+    complete_one(d, "5 stops", c_stop_five, RILL_EFORMAT, "at most 4");
+    complete_one(d, "empty stop", c_stop_empty, RILL_EINVAL, "stop[0]");
+    complete_one(d, "role robot", c_msgs_role, RILL_EINVAL, "messages[0]");
+    complete_one(d, "no messages", c_msgs_empty, RILL_EFORMAT, "1..256");
+    complete_one(d, "key tool", c_msgs_key, RILL_EINVAL, "keys are role, content");
+    complete_one(d, "seed -1", c_seed_neg, RILL_EFORMAT, "seed");
+    rill_proto_dec_destroy(&d);
+}
+END_TEST
+
 /* Decodes a request of cmd with one argument (key, packed by fn) and expects code and sub. */
 typedef void (*pack_fn)(msgpack_packer *pk);
 
@@ -1252,6 +1392,7 @@ int main(void) {
     TCase *pr = tcase_create("proto");
     tcase_set_timeout(pr, 60);
     tcase_add_test(pr, proto_decodes_every_command);
+    tcase_add_test(pr, proto_decodes_complete);
     tcase_add_test(pr, proto_refuses_bad_requests);
     suite_add_tcase(su, pr);
     TCase *u8 = tcase_create("utf8");
