@@ -577,7 +577,8 @@ static void h_progress(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void
     if (msgpack_unpack_next(&u, buf, len, NULL) == MSGPACK_UNPACK_SUCCESS) {
         const msgpack_object *p = map_get(&u.data, "piece");
         if (p != NULL && p->type == MSGPACK_OBJECT_STR) {
-            json_t *piece = json_stringn(p->via.str.ptr, p->via.str.size);
+            json_t *piece =
+                json_stringn(p->via.str.size > 0 ? p->via.str.ptr : "", p->via.str.size);
             if (q->kind == S_ASK) {
                 stream_event(q, "token", json_pack("{s:o}", "piece", piece));
             } else if (q->chat) {

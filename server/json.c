@@ -30,6 +30,9 @@ json_t *srv_json_from_msgpack(const msgpack_object *o) {
     case MSGPACK_OBJECT_STR:
         /* the command layer packs valid UTF-8 only (srv_pk_str); anything else is refused by
          * jansson and becomes null rather than a broken document */
+        if (o->via.str.size == 0) {
+            return json_string(""); /* msgpack-c may give an empty str a NULL pointer */
+        }
         return rill_utf8_valid(o->via.str.ptr, o->via.str.size, NULL)
                    ? json_stringn(o->via.str.ptr, o->via.str.size)
                    : json_null();
@@ -52,8 +55,8 @@ json_t *srv_json_from_msgpack(const msgpack_object *o) {
                 continue; /* JSON keys are strings; the command layer packs no other */
             }
             json_t *v = srv_json_from_msgpack(&kv->val);
-            if (v == NULL ||
-                json_object_setn_new(m, kv->key.via.str.ptr, kv->key.via.str.size, v) != 0) {
+            const char *k = kv->key.via.str.size > 0 ? kv->key.via.str.ptr : "";
+            if (v == NULL || json_object_setn_new(m, k, kv->key.via.str.size, v) != 0) {
                 json_decref(m);
                 return NULL;
             }

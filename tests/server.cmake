@@ -30,3 +30,6 @@ add_test(NAME test_server_metrics_live
                  $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} metrics)
 set_tests_properties(test_server_metrics_live PROPERTIES TIMEOUT 300 LABELS "integration"
                      SKIP_RETURN_CODE 77)
+# The HTTP door's JSON <-> msgpack walk (server/json.c).
+rill_test(test_server_json SOURCES test_server_json.c LIBS rill_server PkgConfig::MSGPACK
+          LABELS unit TIMEOUT 60)
