@@ -71,30 +71,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    rill_msgpack_pack_str(&pk, "v", 1);
-    msgpack_pack_int64(&pk, RILL_PROTO_VERSION);
-    rill_msgpack_pack_str(&pk, "id", 2);
-    msgpack_pack_uint64(&pk, 1);
-    const char *name = rill_proto_cmd_name(cmd);
-    rill_msgpack_pack_str(&pk, "cmd", 3);
-    rill_msgpack_pack_str(&pk, name, strlen(name));
-    rill_msgpack_pack_str(&pk, "args", 4);
-    size_t at = sb.size;
-    int rc = srv_json_to_msgpack(&pk, body, 1);
+    /* the frame's envelope, then the arguments where srv_json_request puts them */
+    json_t *empty = json_object();
+    check(empty != NULL && srv_json_request(&sb, 1, rill_proto_cmd_name(cmd), empty) == 0);
+    json_decref(empty);
+    size_t at = sb.size - 1; /* the empty map's one byte */
+    sb.size = 0;
+    int rc = srv_json_request(&sb, 1, rill_proto_cmd_name(cmd), body);
     check(rc == 0 || depth_of(body) + 1 > RILL_PROTO_MAX_DEPTH);
     if (rc == 0) {
         /* 1 */
-        check(rill_msgpack_check_utf8(sb.data + at, sb.size - at, RILL_PROTO_MAX_DEPTH + 1,
-                                      NULL) == RILL_OK);
+        check(rill_msgpack_check_utf8(sb.data + at, sb.size - at, RILL_PROTO_MAX_DEPTH + 1, NULL) ==
+              RILL_OK);
         /* 2 */
         msgpack_unpacked u;
         msgpack_unpacked_init(&u);
         size_t off = 0;
-        check(msgpack_unpack_next(&u, sb.data + at, sb.size - at, &off) ==
-              MSGPACK_UNPACK_SUCCESS);
+        check(msgpack_unpack_next(&u, sb.data + at, sb.size - at, &off) == MSGPACK_UNPACK_SUCCESS);
         json_t *back = srv_json_from_msgpack(&u.data);
         check(back != NULL && json_equal(back, body));
         json_decref(back);
@@ -102,8 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         /* 3 */
         rill_proto_req_t req;
         rill_err_t err = rill_proto_decode(g_dec, sb.data, sb.size, &req);
-        check(err == RILL_OK || err == RILL_EFORMAT || err == RILL_ERANGE ||
-              err == RILL_EINVAL || err == RILL_EUNSUPPORTED || err == RILL_ENOMEM);
+        check(err == RILL_OK || err == RILL_EFORMAT || err == RILL_ERANGE || err == RILL_EINVAL ||
+              err == RILL_EUNSUPPORTED || err == RILL_ENOMEM);
         check(err == RILL_OK || rill_last_error(err)[0] != '\0');
         check(err != RILL_OK || req.cmd == cmd);
     }

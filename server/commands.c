@@ -209,21 +209,28 @@ static int32_t *system_tokens(const srv_t *s, const srv_model_t *m, const rill_p
     return ids;
 }
 
+int32_t srv_model_of_req(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
+    if (!(r->present & RILL_PROTO_HAS_MODEL)) {
+        return 0;
+    }
+    int32_t model = srv_model_find(s, r->model.p, r->model.len);
+    if (model < 0) {
+        char msg[120];
+        snprintf(msg, sizeof msg, "no model named %.*s (server.stats and GET /v1/models list them)",
+                 (int)r->model.len, r->model.p);
+        srv_reply_err(s, &c->from, r->id, RILL_ENOTFOUND, msg);
+    }
+    return model;
+}
+
 static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     char name[RILL_PROTO_MAX_NAME + 1];
     if (!pick_name(s, c, r, name, sizeof name)) {
         return;
     }
-    int32_t model = 0;
-    if (r->present & RILL_PROTO_HAS_MODEL) {
-        model = srv_model_find(s, r->model.p, r->model.len);
-        if (model < 0) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "no model named %.*s (server.stats lists them)",
-                     (int)r->model.len, r->model.p);
-            srv_reply_err(s, &c->from, r->id, RILL_ENOTFOUND, msg);
-            return;
-        }
+    int32_t model = srv_model_of_req(s, c, r);
+    if (model < 0) {
+        return; /* replied */
     }
     srv_sess_t *x = srv_new_sess(s);
     if (x == NULL) {

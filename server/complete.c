@@ -179,16 +179,9 @@ static char *render(const rill_chat_t *chat, const rill_chat_msg_t *m, size_t n,
 void srv_cmd_complete(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     const char *why = NULL;
     rill_err_t err = RILL_OK;
-    int32_t model = 0;
-    if (r->present & RILL_PROTO_HAS_MODEL) {
-        model = srv_model_find(s, r->model.p, r->model.len);
-        if (model < 0) {
-            char msg[120];
-            snprintf(msg, sizeof msg, "no model named %.*s (GET /v1/models lists them)",
-                     (int)r->model.len, r->model.p);
-            srv_reply_err(s, &c->from, r->id, RILL_ENOTFOUND, msg);
-            return;
-        }
+    int32_t model = srv_model_of_req(s, c, r);
+    if (model < 0) {
+        return; /* replied */
     }
     bool chat = (r->present & RILL_PROTO_HAS_MESSAGES) != 0;
     if (chat == ((r->present & RILL_PROTO_HAS_PROMPT) != 0)) {

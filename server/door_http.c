@@ -423,12 +423,6 @@ static void replay_add(hdoor_t *h, hreplay_t *r, const char *block, const char *
 
 /* ---- the door's hooks ---------------------------------------------------------------------- */
 
-static bool key_is(const msgpack_object *k, const char *name) {
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, name, n) == 0;
-}
-
 static hreq_t *find_req(hdoor_t *h, const srv_addr_t *to) {
     uint64_t id;
     if (to->len != sizeof id) {
@@ -468,30 +462,17 @@ static bool reply_read(reply_t *r, const void *buf, size_t len) {
         if (k->type != MSGPACK_OBJECT_STR) {
             continue;
         }
-        if (key_is(k, "status") && v->type == MSGPACK_OBJECT_STR) {
+        if (rill_msgpack_key_is(k, "status") && v->type == MSGPACK_OBJECT_STR) {
             snprintf(r->status_name, sizeof r->status_name, "%.*s", (int)v->via.str.size,
                      v->via.str.ptr);
             r->status = err_of_name(r->status_name);
-        } else if (key_is(k, "message") && v->type == MSGPACK_OBJECT_STR) {
+        } else if (rill_msgpack_key_is(k, "message") && v->type == MSGPACK_OBJECT_STR) {
             snprintf(r->message, sizeof r->message, "%.*s", (int)v->via.str.size, v->via.str.ptr);
-        } else if (key_is(k, "result")) {
+        } else if (rill_msgpack_key_is(k, "result")) {
             r->result = v;
         }
     }
     return true;
-}
-
-static const msgpack_object *map_get(const msgpack_object *o, const char *key) {
-    if (o == NULL || o->type != MSGPACK_OBJECT_MAP) {
-        return NULL;
-    }
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-        if (o->via.map.ptr[i].key.type == MSGPACK_OBJECT_STR &&
-            key_is(&o->via.map.ptr[i].key, key)) {
-            return &o->via.map.ptr[i].val;
-        }
-    }
-    return NULL;
 }
 
 static void events_begin(hdoor_t *h, hreq_t *q);
@@ -537,7 +518,7 @@ static void h_reply(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void *b
     } else if (q->route == R_EVENTS) {
         events_begin(h, q); /* session.stats said it is the caller's */
     } else if (q->route == R_METRICS) {
-        const msgpack_object *t = map_get(r.result, "text");
+        const msgpack_object *t = rill_msgpack_get(r.result, "text");
         char *body = NULL;
         if (t != NULL && t->type == MSGPACK_OBJECT_STR &&
             (body = malloc(t->via.str.size + 1)) != NULL) {
@@ -575,7 +556,7 @@ static void h_progress(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     if (msgpack_unpack_next(&u, buf, len, NULL) == MSGPACK_UNPACK_SUCCESS) {
-        const msgpack_object *p = map_get(&u.data, "piece");
+        const msgpack_object *p = rill_msgpack_get(&u.data, "piece");
         if (p != NULL && p->type == MSGPACK_OBJECT_STR) {
             json_t *piece =
                 json_stringn(p->via.str.size > 0 ? p->via.str.ptr : "", p->via.str.size);
@@ -625,7 +606,7 @@ static void h_publish(srv_t *s, srv_door_t *d, const char *topic, const void *bu
         msgpack_unpacked_destroy(&u);
         return;
     }
-    const msgpack_object *seq = map_get(&u.data, "seq");
+    const msgpack_object *seq = rill_msgpack_get(&u.data, "seq");
     json_t *j = srv_json_from_msgpack(&u.data);
     char *t = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
@@ -691,12 +672,12 @@ static void events_begin(hdoor_t *h, hreq_t *q) {
 /* ---- OpenAI shapes ------------------------------------------------------------------------- */
 
 static void openai_models(hreq_t *q, const reply_t *r) {
-    const msgpack_object *models = map_get(r->result, "models");
+    const msgpack_object *models = rill_msgpack_get(r->result, "models");
     json_t *data = json_array();
     for (uint32_t i = 0;
          models != NULL && models->type == MSGPACK_OBJECT_ARRAY && i < models->via.array.size;
          i++) {
-        const msgpack_object *n = map_get(&models->via.array.ptr[i], "name");
+        const msgpack_object *n = rill_msgpack_get(&models->via.array.ptr[i], "name");
         if (n != NULL && n->type == MSGPACK_OBJECT_STR) {
             json_array_append_new(data,
                                   json_pack("{s:s%, s:s, s:I, s:s}", "id", n->via.str.ptr,
@@ -715,10 +696,10 @@ static void openai_reply(hreq_t *q, const reply_t *r) {
         set_resp(q, st, error_json(st, r->status_name, r->message), "application/json");
         return;
     }
-    const msgpack_object *text = map_get(r->result, "text"),
-                         *fin = map_get(r->result, "finish_reason"),
-                         *pt = map_get(r->result, "prompt_tokens"),
-                         *ct = map_get(r->result, "completion_tokens");
+    const msgpack_object *text = rill_msgpack_get(r->result, "text"),
+                         *fin = rill_msgpack_get(r->result, "finish_reason"),
+                         *pt = rill_msgpack_get(r->result, "prompt_tokens"),
+                         *ct = rill_msgpack_get(r->result, "completion_tokens");
     json_int_t np = pt != NULL ? (json_int_t)pt->via.i64 : 0,
                nc = ct != NULL ? (json_int_t)ct->via.i64 : 0;
     json_t *usage = json_pack("{s:I, s:I, s:I}", "prompt_tokens", np, "completion_tokens", nc,
@@ -1025,17 +1006,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
     }
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-    msgpack_pack_map(&pk, 4);
-    rill_msgpack_pack_str(&pk, "v", 1);
-    msgpack_pack_int64(&pk, RILL_PROTO_VERSION);
-    rill_msgpack_pack_str(&pk, "id", 2);
-    msgpack_pack_uint64(&pk, q->id);
-    rill_msgpack_pack_str(&pk, "cmd", 3);
-    rill_msgpack_pack_str(&pk, cmd, strlen(cmd));
-    rill_msgpack_pack_str(&pk, "args", 4);
-    int rc = srv_json_to_msgpack(&pk, args, 1);
+    int rc = srv_json_request(&sb, q->id, cmd, args);
     json_decref(args);
     if (rc != 0 || sb.data == NULL) {
         msgpack_sbuffer_destroy(&sb);

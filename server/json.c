@@ -115,3 +115,17 @@ int srv_json_to_msgpack(msgpack_packer *pk, const json_t *j, int depth) {
     }
     return -1;
 }
+
+int srv_json_request(msgpack_sbuffer *sb, uint64_t id, const char *cmd, const json_t *args) {
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, sb, msgpack_sbuffer_write);
+    if (msgpack_pack_map(&pk, 4) != 0 || rill_msgpack_pack_str(&pk, "v", 1) != 0 ||
+        msgpack_pack_int64(&pk, RILL_PROTO_VERSION) != 0 ||
+        rill_msgpack_pack_str(&pk, "id", 2) != 0 || msgpack_pack_uint64(&pk, id) != 0 ||
+        rill_msgpack_pack_str(&pk, "cmd", 3) != 0 ||
+        rill_msgpack_pack_str(&pk, cmd, strlen(cmd)) != 0 ||
+        rill_msgpack_pack_str(&pk, "args", 4) != 0) {
+        return -1;
+    }
+    return srv_json_to_msgpack(&pk, args, 1);
+}

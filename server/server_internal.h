@@ -404,6 +404,14 @@ json_t *srv_json_from_msgpack(const msgpack_object *o);
 /* Packs j (depth: its nesting so far; deeper than RILL_PROTO_MAX_DEPTH fails). 0 or -1. */
 int srv_json_to_msgpack(msgpack_packer *pk, const json_t *j, int depth);
 
+/* Appends to sb the request frame {v, id, cmd, args} a ZeroMQ client would send, args being
+ * the JSON object args (at depth 1). 0, or -1 when it nests too deep or sb's writer failed. */
+int srv_json_request(msgpack_sbuffer *sb, uint64_t id, const char *cmd, const json_t *args);
+
+/* The model a request names (its `model` argument; the default without one), or -1 after
+ * replying ENOTFOUND. */
+int32_t srv_model_of_req(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r);
+
 /* ---- auth.c: CURVE keys and the ZAP handler ------------------------------------------------ */
 
 typedef struct srv_auth srv_auth_t;

@@ -11,7 +11,9 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import traceback
 
 
 def free_ports(n):
@@ -104,3 +106,29 @@ class Rilld:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def run_tests(tests, only):
+    """Runs tests (name -> function of no arguments; an exception fails it) in name order, or
+    those named in only; prints each one's time, then ok/FAIL per test and 'N passed, N failed'.
+    Returns the exit code: 0, 1 when one failed, 2 for an unknown name."""
+    for name in only:
+        if name not in tests:
+            print(f"unknown test {name} (tests: {', '.join(sorted(tests))})")
+            return 2
+    sys.stdout.reconfigure(line_buffering=True)
+    results = []
+    for name in only or sorted(tests):
+        t = time.time()
+        try:
+            tests[name]()
+            results.append((name, None))
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            traceback.print_exc()
+            results.append((name, e))
+        print(f"  {name}: {time.time() - t:.1f} s", flush=True)
+    for name, err in results:
+        print(("ok   " if err is None else "FAIL ") + name + ("" if err is None else f": {err}"))
+    bad = sum(1 for _, e in results if e is not None)
+    print(f"{len(results) - bad} passed, {bad} failed")
+    return 1 if bad else 0

@@ -18,7 +18,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rilld_harness import Rilld  # noqa: E402
+from rilld_harness import Rilld, run_tests  # noqa: E402
 
 try:
     import msgpack
@@ -34,7 +34,6 @@ MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
 MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
 RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
 FACTS = "The capital of France is Paris. The sky is blue. Bob is 42 years old.\n"
-results = []
 
 
 def daemon(tmp, *extra, **kw):
@@ -575,26 +574,7 @@ def main():
         print(f"SKIP: {MODEL} is missing (scripts/setup.sh downloads it)")
         return 77
     tests = {n[2:]: fn for n, fn in globals().items() if n.startswith("t_") and callable(fn)}
-    for name in ONLY:
-        if name not in tests:
-            print(f"unknown test {name} (tests: {', '.join(sorted(tests))})")
-            return 2
-    sys.stdout.reconfigure(line_buffering=True)
-    for name in ONLY or sorted(tests):
-        t = time.time()
-        try:
-            tests[name]()
-            results.append((name, None))
-        except Exception as e:  # noqa: BLE001 - every failure is reported
-            import traceback
-            traceback.print_exc()
-            results.append((name, e))
-        print(f"  {name}: {time.time() - t:.1f} s", flush=True)
-    for name, err in results:
-        print(("ok   " if err is None else "FAIL ") + name + ("" if err is None else f": {err}"))
-    bad = sum(1 for _, e in results if e is not None)
-    print(f"{len(results) - bad} passed, {bad} failed")
-    return 1 if bad else 0
+    return run_tests(tests, ONLY)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import os
 import re
 import random
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -26,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rilld_harness import Rilld as _Rilld  # noqa: E402
+from rilld_harness import Rilld as _Rilld, run_tests  # noqa: E402
 
 try:
     import msgpack
@@ -45,7 +44,6 @@ ERRORS = {"EFORMAT", "ERANGE", "EINVAL", "EUNSUPPORTED"}
 FACTS = ("The capital of France is Paris. The sky is blue. Bob is 42 years old. "
          "The train leaves at nine.\n")
 QUESTION = "How old is Bob?"
-results = []
 CTX = None
 
 
@@ -53,16 +51,6 @@ def strict_unpack(payload):
     """Decodes a reply or an event as a strict msgpack reader does: every str must be valid
     UTF-8 (docs/protocol.md: rilld escapes what is not), or this raises UnicodeDecodeError."""
     return msgpack.unpackb(payload, raw=False, unicode_errors="strict")
-
-
-def check(name, fn):
-    try:
-        fn()
-        results.append((name, None))
-    except Exception as e:  # noqa: BLE001 - report every failure, keep going
-        import traceback
-        traceback.print_exc()
-        results.append((name, e))
 
 
 # ---- daemons ---------------------------------------------------------------------------------
@@ -1316,21 +1304,9 @@ def main():
         return 1
     CTX = zmq.Context()
     tests = {n[2:]: fn for n, fn in globals().items() if n.startswith("t_") and callable(fn)}
-    for name in ONLY:
-        if name not in tests:
-            print(f"unknown test {name} (tests: {', '.join(sorted(tests))})")
-            return 2
-    sys.stdout.reconfigure(line_buffering=True)
-    for name in ONLY or sorted(tests):
-        t = time.time()
-        check(name, tests[name])
-        print(f"  {name}: {time.time() - t:.1f} s", flush=True)
-    for name, err in results:
-        print(("ok   " if err is None else "FAIL ") + name + ("" if err is None else f": {err}"))
-    bad = sum(1 for _, e in results if e is not None)
-    print(f"{len(results) - bad} passed, {bad} failed")
+    rc = run_tests(tests, ONLY)
     CTX.destroy(0)
-    return 1 if bad else 0
+    return rc
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "rill_core.h"
+#include "rill_msgpack.h"
 #include "server_internal.h"
 #include "test_util.h"
 
@@ -32,17 +33,6 @@ typedef struct fake {
     char status[32];
 } fake_t;
 
-static const msgpack_object *field(const msgpack_object *map, const char *key) {
-    for (uint32_t i = 0; i < map->via.map.size; i++) {
-        const msgpack_object *k = &map->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(key) &&
-            memcmp(k->via.str.ptr, key, k->via.str.size) == 0) {
-            return &map->via.map.ptr[i].val;
-        }
-    }
-    return NULL;
-}
-
 static void fake_reply(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void *buf, size_t len) {
     (void)s;
     (void)to;
@@ -50,11 +40,12 @@ static void fake_reply(srv_t *s, srv_door_t *d, const srv_addr_t *to, const void
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     ck_assert_int_eq(msgpack_unpack_next(&u, buf, len, NULL), MSGPACK_UNPACK_SUCCESS);
-    const msgpack_object *st = field(&u.data, "status"), *res = field(&u.data, "result");
+    const msgpack_object *st = rill_msgpack_get(&u.data, "status"),
+                         *res = rill_msgpack_get(&u.data, "result");
     ck_assert_ptr_nonnull(st);
     snprintf(f->status, sizeof f->status, "%.*s", (int)st->via.str.size, st->via.str.ptr);
     const msgpack_object *a =
-        res != NULL && res->type == MSGPACK_OBJECT_MAP ? field(res, "answer") : NULL;
+        res != NULL && res->type == MSGPACK_OBJECT_MAP ? rill_msgpack_get(res, "answer") : NULL;
     if (a != NULL) {
         snprintf(f->answer, sizeof f->answer, "%.*s", (int)a->via.str.size, a->via.str.ptr);
     }
@@ -71,7 +62,7 @@ static void fake_publish(srv_t *s, srv_door_t *d, const char *topic, const void 
     msgpack_unpacked u;
     msgpack_unpacked_init(&u);
     ck_assert_int_eq(msgpack_unpack_next(&u, buf, len, NULL), MSGPACK_UNPACK_SUCCESS);
-    const msgpack_object *p = field(&u.data, "piece");
+    const msgpack_object *p = rill_msgpack_get(&u.data, "piece");
     ck_assert_ptr_nonnull(p);
     ck_assert_uint_le(f->streamed_len + p->via.str.size, sizeof f->streamed);
     memcpy(f->streamed + f->streamed_len, p->via.str.ptr, p->via.str.size);

@@ -8,6 +8,7 @@
  * other byte as \xNN, straight into the packer: no buffer, no allocation.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "rill_msgpack.h"
 #include "rill_utf8.h"
@@ -46,4 +47,22 @@ int rill_msgpack_pack_str(msgpack_packer *pk, const char *s, size_t len) {
         run = ++i;
     }
     return len > run ? msgpack_pack_str_body(pk, s + run, len - run) : 0;
+}
+
+bool rill_msgpack_key_is(const msgpack_object *k, const char *name) {
+    size_t n = strlen(name);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+           (n == 0 || memcmp(k->via.str.ptr, name, n) == 0);
+}
+
+const msgpack_object *rill_msgpack_get(const msgpack_object *map, const char *key) {
+    if (map == NULL || map->type != MSGPACK_OBJECT_MAP) {
+        return NULL;
+    }
+    for (uint32_t i = 0; i < map->via.map.size; i++) {
+        if (rill_msgpack_key_is(&map->via.map.ptr[i].key, key)) {
+            return &map->via.map.ptr[i].val;
+        }
+    }
+    return NULL;
 }

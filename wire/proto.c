@@ -146,12 +146,6 @@ static rill_err_t fail(char *msg, size_t msglen, rill_err_t err, const char *fmt
     return err;
 }
 
-static bool key_is(const msgpack_object *k, const char *name) {
-    size_t n = strlen(name);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, name, n) == 0;
-}
-
 /* An unsigned integer field (positive ints of either msgpack kind). */
 static bool as_uint(const msgpack_object *o, uint64_t *v) {
     if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
@@ -365,8 +359,9 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             }
             for (uint32_t j = 0; j < m->via.map.size; j++) {
                 const msgpack_object *k = &m->via.map.ptr[j].key, *x = &m->via.map.ptr[j].val;
-                bool is_role = key_is(k, "role"), is_content = key_is(k, "content");
-                if (!is_role && !is_content && !key_is(k, "name")) {
+                bool is_role = rill_msgpack_key_is(k, "role"),
+                     is_content = rill_msgpack_key_is(k, "content");
+                if (!is_role && !is_content && !rill_msgpack_key_is(k, "name")) {
                     return fail(msg, msglen, RILL_EINVAL,
                                 "args.messages[%u]: keys are role, content (and name)", i);
                 }
@@ -438,11 +433,11 @@ static rill_err_t decode_buf(rill_proto_dec_t *d, const void *buf, size_t len,
     const char *envelope_err = NULL;
     for (uint32_t i = 0; i < root.via.map.size; i++) {
         const msgpack_object *k = &root.via.map.ptr[i].key, *val = &root.via.map.ptr[i].val;
-        const msgpack_object **slot = key_is(k, "v")      ? &v
-                                      : key_is(k, "id")   ? &id
-                                      : key_is(k, "cmd")  ? &cmd
-                                      : key_is(k, "args") ? &args
-                                                          : NULL;
+        const msgpack_object **slot = rill_msgpack_key_is(k, "v")      ? &v
+                                      : rill_msgpack_key_is(k, "id")   ? &id
+                                      : rill_msgpack_key_is(k, "cmd")  ? &cmd
+                                      : rill_msgpack_key_is(k, "args") ? &args
+                                                                       : NULL;
         if (slot == NULL) {
             envelope_err = envelope_err != NULL ? envelope_err
                                                 : "unknown key in the request (keys: v, id, "
@@ -475,7 +470,7 @@ static rill_err_t decode_buf(rill_proto_dec_t *d, const void *buf, size_t len,
     }
     int c = 0;
     for (; c < RILL_PROTO_N_CMDS; c++) {
-        if (key_is(cmd, k_cmd[c])) {
+        if (rill_msgpack_key_is(cmd, k_cmd[c])) {
             break;
         }
     }
@@ -493,7 +488,7 @@ static rill_err_t decode_buf(rill_proto_dec_t *d, const void *buf, size_t len,
         const msgpack_object *k = &args->via.map.ptr[i].key;
         int a = 0;
         for (; a < A_COUNT; a++) {
-            if (key_is(k, k_arg[a])) {
+            if (rill_msgpack_key_is(k, k_arg[a])) {
                 break;
             }
         }

@@ -20,6 +20,7 @@
 #define RILL_MSGPACK_H
 
 #include <msgpack.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -67,6 +68,13 @@ rill_err_t rill_msgpack_check_utf8(const void *buf, size_t len, int max_depth,
  * with len > 0, or a str longer than msgpack allows (2^32 - 1 bytes, escaped). Allocates
  * nothing itself. */
 int rill_msgpack_pack_str(msgpack_packer *pk, const char *s, size_t len);
+
+/* True when k is a str equal to name (NUL-terminated). Pure. */
+bool rill_msgpack_key_is(const msgpack_object *k, const char *name);
+
+/* The value of the first str key equal to key in map, or NULL (also when map is NULL or not a
+ * map). Borrowed from map. Pure. */
+const msgpack_object *rill_msgpack_get(const msgpack_object *map, const char *key);
 
 #ifdef __cplusplus
 }
