@@ -1218,7 +1218,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     while (n > 0 && msg[n - 1] == '\n') {
         msg[--n] = '\0';
     }
-    RILL_LOGW("rilld: http: %s", msg);
+    /* mostly clients that went away mid-response, which is normal for event streams: debug
+     * level; what matters (a bind that failed) rilld reports itself */
+    RILL_LOGD("rilld: http: %s", msg);
 }
 
 /* ---- start, stop, the poll loop's side ----------------------------------------------------- */
@@ -1385,6 +1387,17 @@ void srv_http_stop(srv_t *s) {
         return;
     }
     if (h->d != NULL) {
+        /* libmicrohttpd wants no connection suspended when it stops: streams end, requests
+         * still waiting for an answer get 503, and one more run sends what it can */
+        for (hreq_t *q = h->reqs; q != NULL; q = q->next) {
+            if (q->kind != S_NONE) {
+                stream_end(q);
+            } else if (!q->have_resp && q->dispatched) {
+                set_error(q, 503, RILL_ECLOSED, "rilld is stopping");
+                resume(q);
+            }
+        }
+        MHD_run(h->d);
         MHD_stop_daemon(h->d); /* completes (frees) every request */
     }
     while (h->replays != NULL) {

@@ -272,6 +272,14 @@ def t_events():
             kinds.append(ev[0])
         assert "closed" in kinds, kinds
         g.close()
+        # SIGTERM with a stream open: rilld ends it and stops cleanly
+        ok(d, "POST", "/v1/sessions", {"session": "f"}, want=201)
+        f = Sse(d, "GET", "/v1/sessions/f/events")
+        assert d.stop() == 0, d.log()
+        while f.next() is not None:
+            pass
+        f.close()
+        assert "suspended" not in d.log() and "rilld: http:" not in d.log(), d.log()
 
 
 def t_openai():
