@@ -33,3 +33,15 @@ set_tests_properties(test_server_metrics_live PROPERTIES TIMEOUT 300 LABELS "int
 # The HTTP door's JSON <-> msgpack walk (server/json.c).
 rill_test(test_server_json SOURCES test_server_json.c LIBS rill_server PkgConfig::MSGPACK
           LABELS unit TIMEOUT 60)
+
+# ---- the Python client (clients/python, module rill_client: tests/test_python_client.py) ----
+# Against a real rilld (free ports, the default model) and a fake one; `install` pip-installs
+# clients/python into a fresh virtual environment offline (it skips where setuptools cannot
+# build a wheel without network: the wheel package of tools/requirements.txt is missing).
+foreach(t commands errors events gaps curve fake install)
+    add_test(NAME test_python_client_${t}
+             COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_python_client.py
+                     $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})
+    set_tests_properties(test_python_client_${t} PROPERTIES TIMEOUT 300 LABELS "integration"
+                         SKIP_RETURN_CODE 77)
+endforeach()
