@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -47,11 +48,12 @@
 #include "rill_msgpack.h"
 #include "server_internal.h"
 
-#define HTTP_KEEPALIVE_S  15
-#define HTTP_SNDBUF       (64 * 1024) /* bytes of a connection's kernel send buffer */
-#define HTTP_MAX_TOKENS   4096        /* lines of a tokens file */
-#define HTTP_TOKEN_MAX    128
-#define HTTP_IDLE_TIMEOUT 60 /* seconds a connection may sit without a request */
+#define HTTP_KEEPALIVE_S     15
+#define HTTP_SNDBUF          (64 * 1024) /* bytes of a connection's kernel send buffer */
+#define HTTP_MAX_CONNECTIONS 4000        /* open at once; more are refused by libmicrohttpd */
+#define HTTP_MAX_TOKENS      4096        /* lines of a tokens file */
+#define HTTP_TOKEN_MAX       128
+#define HTTP_IDLE_TIMEOUT    60 /* seconds a connection may sit without a request */
 
 typedef enum route {
     R_NONE = 0,
@@ -1351,6 +1353,13 @@ int srv_http_start(srv_t *s) {
         RILL_LOGE("rilld: out of memory");
         return -1;
     }
+    /* a descriptor per connection: take what the hard limit allows (many systems start
+     * processes at 1024, which HTTP_MAX_CONNECTIONS idle clients would exhaust) */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     h->s = s;
     h->next_id = 1;
     h->door = (srv_door_t){
@@ -1360,14 +1369,15 @@ int srv_http_start(srv_t *s) {
     if (p->http_tokens != NULL && load_tokens(h, p->http_tokens) != 0) {
         return -1;
     }
-    h->d = MHD_start_daemon(
-        MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
-            (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
-        0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned int)4000, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
+    h->d =
+        MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+                             (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0),
+                         0, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_NOTIFY_COMPLETED,
+                         on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection, NULL,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)HTTP_MAX_CONNECTIONS,
+                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)HTTP_IDLE_TIMEOUT,
+                         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_END);
     if (h->d == NULL) {
         RILL_LOGE("rilld: cannot serve HTTP on %s (in use, or not an address of this machine)",
                   p->http_ep);
