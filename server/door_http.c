@@ -1458,6 +1458,16 @@ void srv_http_run(srv_t *s) {
                 stream_puts(q, ": keepalive\n\n");
             }
         }
+        for (hreplay_t **pp = &h->replays; *pp != NULL;) {
+            hreplay_t *r = *pp;
+            const srv_sess_t *x = srv_find_sess(s, r->name, strlen(r->name));
+            if (x == NULL || x->sid != r->sid) { /* its session was closed */
+                *pp = r->next;
+                replay_free(r, s->p.http_replay);
+            } else {
+                pp = &r->next;
+            }
+        }
     }
     MHD_run(h->d);
 }
