@@ -1401,6 +1401,11 @@ void srv_http_stop(srv_t *s) {
         return;
     }
     if (h->d != NULL) {
+        /* libmicrohttpd panics (aborts) when stopped with a suspended connection: an idle
+         * stream, an ask waiting for its answer. Resumed, they are closed with the rest. */
+        for (hreq_t *q = h->reqs; q != NULL; q = q->next) {
+            resume(q);
+        }
         MHD_stop_daemon(h->d); /* completes (frees) every request */
     }
     while (h->replays != NULL) {
