@@ -1408,6 +1408,9 @@ void srv_http_stop(srv_t *s) {
             }
         }
         MHD_run(h->d);
+        for (hreq_t *q = h->reqs; q != NULL; q = q->next) {
+            resume(q); /* anything parked again: libmicrohttpd aborts on a suspended one */
+        }
         MHD_stop_daemon(h->d); /* completes (frees) every request */
     }
     while (h->replays != NULL) {

@@ -4,8 +4,8 @@ its users drive it: rill's own routes with JSON and server-sent events, the Open
 through the official `openai` package, curl, bearer tokens and ownership, and hostile HTTP.
 
 Usage: test_http.py RILL_BINARY SOURCE_DIR [TEST...]   (TEST: routes, events, openai, curl,
-tokens, hostile; default all). Each test starts its own daemon on free loopback ports. Needs the
-project's .venv (openai, pyzmq, msgpack) and the default model; exits 77 (skip) without them.
+tokens, both_doors, hostile, stop; default all). Each test starts its own daemon on free loopback
+ports. Needs the project's .venv (openai, pyzmq, msgpack) and the default model; exits 77 (skip) without them.
 """
 import http.client
 import json
@@ -570,6 +570,31 @@ def t_hostile():
         assert b"event: token" in got, got[:200]
         slow.close()
         assert d.alive()
+
+
+def t_stop():
+    """SIGTERM while HTTP connections are suspended - an events stream still followed, one its
+    client closed (rilld notices that only when it next writes to it), an ask waiting for its
+    answer: rilld closes them, exits 0, and its sessions come back at the next start."""
+    with tempfile.TemporaryDirectory() as tmp, daemon(tmp) as d:
+        ok(d, "POST", "/v1/sessions", {"session": "s"}, want=201)
+        ok(d, "POST", "/v1/sessions/s/ingest", {"text": FACTS, "flush": True})
+        followed = Sse(d, "GET", "/v1/sessions/s/events")
+        Sse(d, "GET", "/v1/sessions/s/events").close()
+        host, port = d.http[len("http://"):].split(":")
+        asker = socket.create_connection((host, int(port)))
+        body = json.dumps({"question": "Tell a long story.", "max_tokens": 1024}).encode()
+        asker.sendall(b"POST /v1/sessions/s/ask HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(0.3)  # the ask is taken and its connection suspended
+        assert d.stop() == 0, d.log()
+        while followed.next() is not None:  # the ask's tokens, then the stream's end
+            pass
+        followed.close()
+        asker.close()
+        d.start()
+        assert ok(d, "GET", "/v1/sessions/s")["version"] == 1
 
 
 # ---- driver ------------------------------------------------------------------------------------
