@@ -41,6 +41,7 @@ void srv_drop_pend(srv_t *s, pend_t *p) {
     }
     rill_free(p->answer);
     rill_free(p->qtext);
+    rill_free(p->last);
     rill_free(p);
 }
 
@@ -283,6 +284,15 @@ static void standing_done(srv_t *s, pend_t *p, const rill_sched_answer_t *a, con
         srv_pk_kv_dbl(&pk, "age_ms", (double)(rill_now_ns() - (uint64_t)a->done_ns) / 1e6);
         srv_pk_kv_int(&pk, "data_version", dv);
         srv_publish(s, p->sess, "standing");
+        char *keep = rill_malloc(RILL_MEM_SERVER, len + 1);
+        if (keep != NULL) { /* for standing.list; without memory it keeps the older one */
+            memcpy(keep, text, len);
+            keep[len] = '\0';
+            rill_free(p->last);
+            p->last = keep;
+            p->last_len = len;
+            p->last_version = a->version;
+        }
     }
     p->answer_len = 0; /* the next refresh starts afresh */
 }
@@ -417,9 +427,16 @@ void srv_cmd_standing_list(srv_t *s, const srv_call_t *c, const rill_proto_req_t
     uint64_t now = rill_now_ns();
     for (int64_t i = 0; i < n; i++) {
         pend_t *p = srv_find_pend(s, info[i].qid);
-        msgpack_pack_map(&pk, 7);
+        msgpack_pack_map(&pk, 9);
         srv_pk_kv_int(&pk, "qid", (int64_t)info[i].qid);
         srv_pk_kv_str(&pk, "question", p != NULL ? p->question : "");
+        srv_pk_str(&pk, "answer"); /* the latest one published, nil before the first */
+        if (p != NULL && p->last != NULL) {
+            srv_pk_strn(&pk, p->last, p->last_len);
+        } else {
+            msgpack_pack_nil(&pk);
+        }
+        srv_pk_kv_int(&pk, "answer_version", p != NULL && p->last != NULL ? p->last_version : -1);
         srv_pk_kv_int(&pk, "version", info[i].version);
         srv_pk_kv_dbl(&pk, "age_ms",
                       info[i].done_ns > 0 ? (double)(now - (uint64_t)info[i].done_ns) / 1e6 : -1);

@@ -141,6 +141,9 @@ typedef struct pend {
     uint64_t req_id;
     char question[512]; /* for display, cut at a character boundary within 511 bytes */
     char *qtext;        /* standing: the whole question and its answer limit, as persisted */
+    char *last;         /* standing: the latest answer published (NULL: none yet) */
+    size_t last_len;
+    int64_t last_version; /* its data version */
     size_t qlen;
     int32_t n_max;
     bool fixed_format; /* put in the fixed question format: the answer ends at a blank line */

@@ -284,6 +284,7 @@ def t_commands():
         (lst,) = c.call("standing.list", session="alpha")
         assert lst["qid"] == qid and lst["question"] == ev["question"], lst
         assert lst["version"] == ev["version"] and lst["refreshes"] >= 1 and lst["age_ms"] >= 0
+        assert lst["answer"] == ev["answer"] and lst["answer_version"] == ev["version"], lst
         assert c.call("session.stats", session="alpha")["standing"] == 1
         v2 = c.call("ingest.text", session="alpha", text="The train now leaves at ten.\n",
                     flush=True)["version"]
