@@ -8,12 +8,41 @@ Each start picks free ports (and retries when a parallel test took one meanwhile
 alone or side by side. Used by test_server.py, test_http.py and the other daemon tests.
 """
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import traceback
+
+
+def model_path(src):
+    """The model the daemon tests run: $RILL_MODEL, or the default model set-up links into
+    SRC/models."""
+    return os.environ.get("RILL_MODEL") or os.path.join(src, "models",
+                                                         "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def model_name(path):
+    """The name rilld gives a model passed as a bare FILE: the file's name without ".gguf",
+    other characters than [A-Za-z0-9_.-] turned into '_' (rill_server.h)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(path)))
+
+
+def rilld_path(rill):
+    """rilld, built next to the rill binary."""
+    return os.path.join(os.path.dirname(os.path.abspath(rill)), "rilld")
+
+
+def keygen(rill, prefix):
+    """`rill keygen PREFIX`: writes PREFIX.pub and PREFIX.key; returns their Z85 texts."""
+    p = subprocess.run([rill, "keygen", prefix], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    pub = open(prefix + ".pub").read().strip()
+    sec = open(prefix + ".key").read().strip()
+    assert p.stdout.strip() == pub and len(pub) == 40 and len(sec) == 40, (p.stdout, pub)
+    return pub, sec
 
 
 def free_ports(n):

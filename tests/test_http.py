@@ -10,7 +10,6 @@ ports. Needs the project's .venv (openai, pyzmq, msgpack) and the default model;
 import http.client
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -18,7 +17,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rilld_harness import Rilld, run_tests  # noqa: E402
+from rilld_harness import (Rilld, keygen, model_name, model_path, rilld_path,  # noqa: E402
+                           run_tests)
 
 try:
     import msgpack
@@ -29,10 +29,9 @@ except ImportError:  # pragma: no cover - reported as a skip
 
 RILL, SRC = sys.argv[1], sys.argv[2]
 ONLY = sys.argv[3:]
-MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
-MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
-RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
+MODEL = model_path(SRC)
+MODEL_NAME = model_name(MODEL)
+RILLD = rilld_path(RILL)
 FACTS = "The capital of France is Paris. The sky is blue. Bob is 42 years old.\n"
 
 
@@ -460,21 +459,15 @@ def t_metrics():
             == 3
 
 
-def keygen(prefix):
-    p = subprocess.run([RILL, "keygen", prefix], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    return open(prefix + ".pub").read().strip(), open(prefix + ".key").read().strip()
-
-
 def t_both_doors():
     """One owner on both doors: a CURVE client's owner is its key file's name, the name a bearer
     token carries; state written when owners were Z85 keys is mapped to names at restore."""
     with tempfile.TemporaryDirectory() as tmp:
         keys = os.path.join(tmp, "keys")
         os.makedirs(os.path.join(keys, "clients"))
-        spub, _ = keygen(os.path.join(keys, "server"))
-        apub, asec = keygen(os.path.join(keys, "clients", "alice"))
-        keygen(os.path.join(keys, "clients", "bob"))
+        spub, _ = keygen(RILL, os.path.join(keys, "server"))
+        apub, asec = keygen(RILL, os.path.join(keys, "clients", "alice"))
+        keygen(RILL, os.path.join(keys, "clients", "bob"))
         tf = os.path.join(tmp, "tokens")
         with open(tf, "w") as f:
             f.write("alice-token-0123456789 alice\nbob-token-0123456789abc bob\n")

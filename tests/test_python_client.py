@@ -17,13 +17,16 @@ without them. `install` also exits 77 when the environment cannot build a wheel 
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rilld_harness import Rilld as _Rilld  # noqa: E402
+from rilld_harness import free_ports, model_name, model_path, rilld_path  # noqa: E402
+from rilld_harness import keygen as harness_keygen  # noqa: E402
 
 try:
     import msgpack
@@ -34,10 +37,9 @@ except ImportError:  # pragma: no cover - reported as a skip
 RILL, SRC = sys.argv[1], sys.argv[2]
 ONLY = sys.argv[3:]
 PKG = os.path.join(SRC, "clients", "python")
-MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
-MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
-RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
+MODEL = model_path(SRC)
+MODEL_NAME = model_name(MODEL)
+RILLD = rilld_path(RILL)
 FACTS = ("The capital of France is Paris. The sky is blue. Bob is 42 years old. "
          "The train leaves at nine.\n")
 QUESTION = "How old is Bob?"
@@ -83,66 +85,16 @@ def wait_for(pred, timeout=20.0, what="condition"):
 
 # ---- rilld -------------------------------------------------------------------------------------
 
-def free_ports(n):
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-class Rilld:
-    """One rilld on free loopback ports (killed at the end of the with block)."""
+class Rilld(_Rilld):
+    """One rilld on free loopback ports (killed at the end of the with block), its state in
+    TMP/state."""
 
     def __init__(self, tmp, *extra):
-        self.tmp, self.extra, self.proc, self.logfile = tmp, list(extra), None, None
-        self.state = os.path.join(tmp, "state")
-
-    def __enter__(self):
-        for _ in range(5):
-            rp, ep = free_ports(2)
-            self.req_ep, self.ev_ep = f"tcp://127.0.0.1:{rp}", f"tcp://127.0.0.1:{ep}"
-            ready = os.path.join(self.tmp, f"ready-{rp}")
-            self.logfile = os.path.join(self.tmp, f"rilld-{rp}.log")
-            cmd = [RILLD, "--model", MODEL, "--threads", "1", "--kv-cells", "16384",
-                   "--state", self.state, "--listen", self.req_ep, "--events", self.ev_ep,
-                   "--ready-file", ready, *self.extra]
-            with open(self.logfile, "w") as lf:
-                self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=lf)
-            deadline = time.time() + 60
-            while time.time() < deadline and self.proc.poll() is None:
-                if os.path.exists(ready) and open(ready).read().endswith("\n"):
-                    return self
-                time.sleep(0.02)
-            if self.proc.poll() is None:
-                self.kill()
-                raise AssertionError("rilld did not get ready in 60 s:\n" + self.log())
-            if "cannot bind" not in self.log():
-                raise AssertionError(f"rilld exited with {self.proc.returncode}:\n{self.log()}")
-        raise AssertionError("rilld: no free ports")
-
-    def __exit__(self, *exc):
-        self.kill()
-
-    def log(self):
-        return open(self.logfile).read() if self.logfile else ""
+        super().__init__(RILLD, MODEL, os.path.join(tmp, "state"), *extra)
 
     def client(self, **kw):
         return rc.Client(self.req_ep, self.ev_ep, **kw)
 
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(60)
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def collect(ev, until, timeout=30.0):
@@ -434,8 +386,8 @@ def t_gaps():
 # ---- 5. CURVE ----------------------------------------------------------------------------------
 
 def keygen(prefix):
-    p = subprocess.run([RILL, "keygen", prefix], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
+    """The key files of `rill keygen PREFIX`: (PREFIX.pub, PREFIX.key)."""
+    harness_keygen(RILL, prefix)
     return prefix + ".pub", prefix + ".key"
 
 

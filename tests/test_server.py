@@ -25,7 +25,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rilld_harness import Rilld as _Rilld, run_tests  # noqa: E402
+from rilld_harness import Rilld as _Rilld  # noqa: E402
+from rilld_harness import keygen as harness_keygen  # noqa: E402
+from rilld_harness import model_name, model_path, rilld_path, run_tests  # noqa: E402
 
 try:
     import msgpack
@@ -35,11 +37,10 @@ except ImportError:  # pragma: no cover - reported as a skip
 
 RILL, SRC = sys.argv[1], sys.argv[2]
 ONLY = sys.argv[3:]
-MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
+MODEL = model_path(SRC)
 # rilld names a model given as a bare FILE by the file's name without ".gguf" (rill_server.h)
-MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
-RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
+MODEL_NAME = model_name(MODEL)
+RILLD = rilld_path(RILL)
 ERRORS = {"EFORMAT", "ERANGE", "EINVAL", "EUNSUPPORTED"}
 FACTS = ("The capital of France is Paris. The sky is blue. Bob is 42 years old. "
          "The train leaves at nine.\n")
@@ -644,12 +645,7 @@ def hostile_strings(d, raw):
 # ---- 3. CURVE ----------------------------------------------------------------------------------
 
 def keygen(prefix):
-    p = subprocess.run([RILL, "keygen", prefix], capture_output=True, text=True, timeout=30)
-    assert p.returncode == 0, p.stderr
-    pub = open(prefix + ".pub").read().strip()
-    sec = open(prefix + ".key").read().strip()
-    assert p.stdout.strip() == pub and len(pub) == 40 and len(sec) == 40
-    return pub, sec
+    return harness_keygen(RILL, prefix)
 
 
 def t_curve():

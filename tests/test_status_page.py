@@ -17,7 +17,6 @@ import http.client
 import json
 import os
 import queue
-import re
 import shutil
 import struct
 import sys
@@ -27,7 +26,7 @@ import time
 import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rilld_harness import Rilld, run_tests  # noqa: E402
+from rilld_harness import Rilld, model_name, model_path, rilld_path, run_tests  # noqa: E402
 
 try:
     from selenium import webdriver
@@ -41,10 +40,9 @@ except ImportError:  # pragma: no cover - reported as a skip
 
 RILL, SRC = sys.argv[1], sys.argv[2]
 ONLY = sys.argv[3:]
-MODEL = os.environ.get("RILL_MODEL") or os.path.join(SRC, "models",
-                                                      "SmolLM2-135M-Instruct.Q4_1.gguf")
-MODEL_NAME = re.sub(r"[^A-Za-z0-9_.-]", "_", re.sub(r"\.gguf$", "", os.path.basename(MODEL)))
-RILLD = os.path.join(os.path.dirname(os.path.abspath(RILL)), "rilld")
+MODEL = model_path(SRC)
+MODEL_NAME = model_name(MODEL)
+RILLD = rilld_path(RILL)
 CHROMIUM = os.environ.get("RILL_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = (os.environ.get("RILL_CHROMEDRIVER") or shutil.which("chromedriver")
                 or "/usr/bin/chromedriver")
