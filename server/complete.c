@@ -10,7 +10,10 @@
  * forks the shared prompt and never changes it, so completions are independent of each other
  * and of every session. At most SRV_MAX_TMPLS shared prompts are kept; the one used longest
  * ago with no completion running is closed to make room, and when all are busy the request is
- * refused (RILL_EFULL).
+ * refused (RILL_EFULL). A shared prompt reserves a session window of KV pages like any session
+ * (rilld --window); when the budget is full - for a shared prompt or for a client's session -
+ * the idle ones are closed and the creation is tried once more before RILL_EFULL is returned,
+ * so they never keep a client's session out.
  *
  * The answer streams through the door's progress hook as text pieces. Stop strings end it:
  * the text up to the first one is the answer, and the engine is told to stop. A piece whose end
@@ -39,6 +42,18 @@ static void tmpl_close(srv_t *s, srv_tmpl_t *t) {
     rill_sched_session_close(s->sch, t->sid);
     rill_free(t->system);
     rill_free(t);
+}
+
+int srv_complete_release_idle(srv_t *s) {
+    int n = 0;
+    for (srv_tmpl_t *o = s->tmpls, *next; o != NULL; o = next) {
+        next = o->next;
+        if (o->in_flight == 0) {
+            tmpl_close(s, o);
+            n++;
+        }
+    }
+    return n;
 }
 
 void srv_complete_stop(srv_t *s) {
@@ -106,6 +121,9 @@ static srv_tmpl_t *tmpl_get(srv_t *s, int32_t model, const char *system, size_t 
     sp.session.prompt = ids;
     sp.session.n_prompt = (int32_t)k;
     *err = rill_sched_session_create(s->sch, &sp, &t->sid);
+    if (*err == RILL_EFULL && srv_complete_release_idle(s) > 0) {
+        *err = rill_sched_session_create(s->sch, &sp, &t->sid); /* once more */
+    }
     rill_free(ids);
     if (*err != RILL_OK) {
         rill_free(copy);

@@ -336,6 +336,9 @@ void srv_complete_token(srv_t *s, pend_t *p, int32_t token);
 void srv_complete_done(srv_t *s, pend_t *p, srv_done_t *e);
 /* Closes every shared prompt (shutdown, before the scheduler stops). */
 void srv_complete_stop(srv_t *s);
+/* Closes the shared prompts no completion runs on, giving their KV reservations back (a
+ * creation that found the budget full tries again after it). Returns how many. */
+int srv_complete_release_idle(srv_t *s);
 
 /* ---- events.c ------------------------------------------------------------------------------ */
 

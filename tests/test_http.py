@@ -353,6 +353,33 @@ def t_openai():
         assert d.alive()
 
 
+def t_budget():
+    """Shared prompts of completions reserve KV like sessions: with the budget full of
+    sessions but one, completions with ever new system prompts still run (the idle shared
+    prompt gives its reservation back), a client's session takes the place of an idle shared
+    prompt, and a full budget is a 429 that says so."""
+    with tempfile.TemporaryDirectory() as tmp, daemon(tmp, "--window", "256", "--sinks", "16",
+                                                      kv_cells=2048) as d:
+        n = 0
+        while True:
+            st, j, _ = call(d, "POST", "/v1/sessions", {"session": f"s{n}"})
+            if st != 201:
+                assert st == 429 and j["error"]["code"] == "EFULL", (st, j)
+                assert "KV budget" in j["error"]["message"], j
+                break
+            n += 1
+        assert n >= 2, n
+        ok(d, "DELETE", "/v1/sessions/s0")
+        for who in ["A", "B", "C"]:
+            ok(d, "POST", "/v1/chat/completions",
+               {"messages": [{"role": "system", "content": "You are " + who + "."},
+                             {"role": "user", "content": "Hi"}], "max_tokens": 3})
+        # the last slot is an idle shared prompt's now: a client's session takes it back
+        ok(d, "POST", "/v1/sessions", {"session": "late"}, want=201)
+        st, j, _ = call(d, "POST", "/v1/sessions", {"session": "later"})
+        assert st == 429, (st, j)
+
+
 def t_curl():
     """curl, as people try a server first."""
     with tempfile.TemporaryDirectory() as tmp, daemon(tmp) as d:

@@ -167,6 +167,12 @@ def t_commands():
         assert isinstance(q, rc.StandingQuery) and q.qid == qid and \
             q.question == "When does the train leave?", q
         assert c.session_stats("alpha")["standing"] == 1
+        deadline = time.time() + 30  # its first answer is computed now; standing.list keeps it
+        while q.answer is None and time.time() < deadline:
+            time.sleep(0.05)
+            (q,) = c.standing_list("alpha")
+        assert q.answer and q.answer_version == q.version, q
+
         assert c.standing_unregister("alpha", qid) is None
         assert c.standing_list("alpha") == []
 
@@ -183,6 +189,38 @@ def t_commands():
 
 
 # ---- 2. errors ---------------------------------------------------------------------------------
+
+def t_complete():
+    """complete and server_metrics: greedy is deterministic, a stop string cuts, sampling
+    follows the seed, and each bad argument raises its error class."""
+    with tempfile.TemporaryDirectory() as tmp, Rilld(tmp) as d, d.client() as c:
+        # complete: greedy is deterministic, a stop string cuts, sampling follows the seed
+        done = c.complete("One, two, three, four,", max_tokens=6, temperature=0)
+        assert isinstance(done, rc.Completion) and done.finish_reason == "length", done
+        assert done.completion_tokens == 6 and done.prompt_tokens > 5 and done.model, done
+        again = c.complete("One, two, three, four,", max_tokens=6, temperature=0)
+        assert again.text == done.text, (again, done)
+        cut = done.text.strip()[:2]
+        stopped = c.complete("One, two, three, four,", max_tokens=6, temperature=0, stop=[cut])
+        assert stopped.text == done.text[:done.text.index(cut)], (stopped, done)
+        assert stopped.finish_reason == "stop"
+        chat = c.complete(messages=[{"role": "user", "content": "Say hi."}], max_tokens=4,
+                          temperature=0.9, seed=5)
+        assert chat.text == c.complete(messages=[{"role": "user", "content": "Say hi."}],
+                                       max_tokens=4, temperature=0.9, seed=5).text
+        for bad, cls in [(dict(), rc.InvalidArgumentError),
+                         (dict(prompt="x", messages=[{"role": "user", "content": "y"}]),
+                          rc.InvalidArgumentError),
+                         (dict(prompt="x", temperature=3.0), rc.RangeError),
+                         (dict(prompt="x", model="nope"), rc.NotFoundError)]:
+            try:
+                c.complete(**bad)
+                raise AssertionError(f"{bad}: no error")
+            except cls:
+                pass
+        text = c.server_metrics()
+        assert 'rill_requests_total{command="complete"}' in text, text[:300]
+
 
 def t_errors():
     with tempfile.TemporaryDirectory() as tmp, Rilld(tmp) as d, d.client(timeout=20) as c:
@@ -603,8 +641,8 @@ def t_install():
         assert s.returncode == 0 and "Requires: msgpack, pyzmq" in s.stdout, s.stdout
 
 
-TESTS = {"commands": t_commands, "errors": t_errors, "events": t_events, "gaps": t_gaps,
-         "curve": t_curve, "fake": t_fake, "install": t_install}
+TESTS = {"commands": t_commands, "complete": t_complete, "errors": t_errors, "events": t_events,
+         "gaps": t_gaps, "curve": t_curve, "fake": t_fake, "install": t_install}
 
 
 def main():

@@ -20,7 +20,7 @@ Dependencies: pyzmq and msgpack.
 """
 
 from .client import (DEFAULT_EVENTS, DEFAULT_REQUESTS, PROTOCOL_VERSION, Answer, Client,
-                     StandingQuery, Tick)
+                     Completion, StandingQuery, Tick)
 from .errors import (ExistsError, FormatError, FullError, InvalidArgumentError,
                      NotFoundError, NotPermittedError, RangeError, RillError, RillTimeout,
                      UnsupportedError, error_for)
@@ -31,7 +31,7 @@ from .keys import load_key, parse_key, read_key
 __version__ = "1.0.0"
 
 __all__ = [
-    "Client", "Answer", "StandingQuery", "Tick", "DEFAULT_REQUESTS", "DEFAULT_EVENTS",
+    "Client", "Answer", "StandingQuery", "Completion", "Tick", "DEFAULT_REQUESTS", "DEFAULT_EVENTS",
     "PROTOCOL_VERSION",
     "RillError", "InvalidArgumentError", "NotFoundError", "ExistsError", "NotPermittedError",
     "FullError", "RangeError", "FormatError", "UnsupportedError", "RillTimeout", "error_for",

@@ -63,7 +63,9 @@ class Answer:
 class StandingQuery:
     """One entry of `Client.standing_list`: ``qid``, ``question``, ``version`` (data version
     of its latest answer), ``age_ms`` (since that answer was computed), ``refreshes``,
-    ``abandoned`` (refreshes given up), ``cache_hits`` (asks it answered); ``raw`` the map."""
+    ``abandoned`` (refreshes given up), ``cache_hits`` (asks it answered), ``answer`` (the
+    latest answer published, None before the first or from a rilld that does not send it) and
+    ``answer_version`` (its data version, -1 before); ``raw`` the map."""
 
     qid: int
     question: str
@@ -72,6 +74,23 @@ class StandingQuery:
     refreshes: int
     abandoned: int
     cache_hits: int
+    answer: Optional[str] = None
+    answer_version: int = -1
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass
+class Completion:
+    """The result of `Client.complete`: ``text``, ``finish_reason`` ("stop": an
+    end-of-generation token or a stop string; "length": max_tokens reached),
+    ``prompt_tokens``, ``completion_tokens`` and ``model`` (the model's name); ``raw`` the
+    map."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -408,7 +427,39 @@ class Client:
                               "standing.list")
         return [_pick(StandingQuery, q, "standing.list") for q in r]
 
+    def complete(self, prompt: Optional[str] = None,
+                 messages: Optional[Sequence[Mapping[str, str]]] = None, *,
+                 model: Optional[str] = None, max_tokens: Optional[int] = None,
+                 temperature: Optional[float] = None, top_p: Optional[float] = None,
+                 seed: Optional[int] = None, stop: Optional[Sequence[str]] = None,
+                 timeout: Optional[float] = None) -> Completion:
+        """A stateless completion (the command ``complete``, what rilld's OpenAI routes run):
+        `prompt` text, or chat `messages` ({"role": "system"|"user"|"assistant", "content"})
+        rendered with the model's chat template - exactly one of the two. `model`: a loaded
+        model's name (default rilld's first); `max_tokens` 1..1024 (default 256);
+        `temperature` 0..2 (default 1; 0 greedy); `top_p` (0, 1]; `seed` (default: rilld's
+        clock); `stop`: at most 4 strings that end the text (not included). Raises
+        `InvalidArgumentError` (both or neither of prompt and messages, a bad role),
+        `RangeError` (a number out of range, a prompt that does not fit), `NotFoundError` (no
+        such model), `UnsupportedError` (messages for a model without a chat template),
+        `RillTimeout`."""
+        args = self._args(prompt=prompt, model=model, max_tokens=max_tokens,
+                          temperature=temperature, top_p=top_p, seed=seed)
+        if messages is not None:
+            args["messages"] = [dict(m) for m in messages]
+        if stop is not None:
+            args["stop"] = list(stop)
+        return _pick(Completion, self.call("complete", args, timeout), "complete")
+
     # ---- the server -------------------------------------------------------------------------
+
+    def server_metrics(self) -> str:
+        """rilld's figures in the Prometheus text format (what ``GET /metrics`` serves; the
+        metric names are in docs/protocol.md, Metrics)."""
+        r = self.call("server.metrics")
+        if not isinstance(r, dict) or not isinstance(r.get("text"), str):
+            raise FormatError("EFORMAT", "server.metrics result lacks 'text'", "server.metrics")
+        return r["text"]
 
     def server_stats(self) -> Dict[str, Any]:
         """rilld's figures (docs/protocol.md): ``sessions``, ``requests``, ``bad_requests``,
