@@ -179,7 +179,11 @@ void rill__sched_start_fork(rill_sched_t *sch, req_t *r) {
         rill__sched_finish(sch, r, err, msg, false);
         return;
     }
-    r->version = rill_session_seq(s);
+    /* the version it sees: queued data was rolled back from the fork, so not the session's
+     * version then but the newest one wholly evaluated (the session's when the inputs around
+     * are older than its replace window remembers) */
+    int64_t seen = st.n_pending > 0 ? rill_session_version_at(s, st.n_seen) : -1;
+    r->version = seen >= 0 ? seen : rill_session_seq(s);
     r->n_context = st.n_resident;
     r->base_n = st.n_resident;
     r->phase = PH_PREFILL;

@@ -231,3 +231,22 @@ void rill__hist_track_evictions(rill_session_t *s) {
         s->n_evicted_sync = s->n_evicted;
     }
 }
+
+int64_t rill_session_version_at(const rill_session_t *s, int64_t len) {
+    if (s == NULL || len < 0) {
+        return -1;
+    }
+    if (len >= rill__stream_len(s)) {
+        return s->seq; /* every input's tokens lie within it */
+    }
+    /* the newest input that starts within len ends where the next one starts: the version
+     * before it is the newest whose inputs lie wholly within len */
+    for (int32_t i = s->n_hist - 1; i >= 0; i--) {
+        const rill__input_t *in = at_c(s, i);
+        if (in->lost != RILL__LOST_ROLLED_BACK && in->start <= len) {
+            int64_t next_start = i + 1 < s->n_hist ? at_c(s, i + 1)->start : rill__stream_len(s);
+            return next_start <= len ? in->seq : in->seq - 1;
+        }
+    }
+    return -1;
+}

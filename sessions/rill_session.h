@@ -475,6 +475,14 @@ bool rill_session_has_log(const rill_session_t *s);
  * a log; a fork inherits it, a snapshot records it, restore continues it. */
 int64_t rill_session_seq(const rill_session_t *s);
 
+/* The newest version whose inputs all lie within the first len tokens of s's stream (stream
+ * indices as rill_session_stats' n_seen: evicted tokens count): what a fork rolled back to len
+ * has seen. len at or past the stream's end (queued tokens included): rill_session_seq(s). -1
+ * when the inputs around len are older than the replace window remembers
+ * (RILL_SESSION_REPLACE_INPUTS), or for NULL s or len < 0. Text held back is part of the
+ * version of the input that brought it, as for rill_session_seq(). Pure. */
+int64_t rill_session_version_at(const rill_session_t *s, int64_t len);
+
 /* Writes a snapshot of s to path, atomically (path.tmp.PID, fsync, rename over path, fsync of
  * the directory): the model fingerprint, s's window policy, counters, identity and sequence
  * number, resident tokens, held-back text, logits (when valid), and every layer's K and V of

@@ -673,6 +673,64 @@ static void gate_on_done(void *user, rill_sched_rid_t rid, const rill_sched_answ
     on_done(&((gate_t *)user)->o, rid, a);
 }
 
+/* An answer's version is the data it saw: a question whose data was evaluated while later input
+ * was still queued forks without that input (rolled back from the fork), so its version is the
+ * newest one wholly evaluated, not the session's version at the fork. */
+START_TEST(answer_version_is_what_it_saw) {
+    enum { A = 20, B = 200 };
+    rig_t g;
+    rig_open(&g); /* 32-token steps: B is still queued when A is evaluated */
+    rill_sched_sid_t s1 = new_session(&g, 0, 0), s2 = new_session(&g, 0, 0);
+    int32_t da[A], db[B], qa[6], qb[6];
+    random_tokens(da, A, g.V);
+    random_tokens(db, B, g.V);
+    random_tokens(qa, 6, g.V);
+    random_tokens(qb, 6, g.V);
+    gate_t gt = { .entered = false, .open = false };
+    pthread_mutex_init(&gt.mu, NULL);
+    pthread_cond_init(&gt.cv, NULL);
+    outcome_init(&gt.o);
+    rill_sched_ask_t a = { .question = qa,
+                           .n_question = 6,
+                           .n_max = 1,
+                           .on_token = gate_on_token,
+                           .on_done = gate_on_done,
+                           .user = &gt };
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s1, &a, &rid), RILL_OK);
+    pthread_mutex_lock(&gt.mu);
+    while (!gt.entered) { /* the engine is held: what follows is queued together */
+        pthread_cond_wait(&gt.cv, &gt.mu);
+    }
+    pthread_mutex_unlock(&gt.mu);
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, da, A, NULL, NULL), RILL_OK); /* v1 */
+    outcome_t ob;
+    outcome_init(&ob);
+    rill_sched_ask_t b = ask_of(qb, 6, 1, &ob);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &b, &rid), RILL_OK); /* waits for v1 only */
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, db, B, NULL, NULL), RILL_OK); /* v2 */
+    pthread_mutex_lock(&gt.mu);
+    gt.open = true;
+    pthread_cond_broadcast(&gt.cv);
+    pthread_mutex_unlock(&gt.mu);
+    wait_done(&gt.o, 1);
+    wait_done(&ob, 1);
+    ck_assert_int_eq(ob.a.status, RILL_OK);
+    ck_assert_msg(ob.a.n_context >= A && ob.a.n_context < A + B,
+                  "context %d: the question did not fork with part of v2 queued", ob.a.n_context);
+    ck_assert_int_eq(ob.a.version, 1); /* v2 was not wholly in its context */
+    idle(&g);
+    rill_sched_session_info_t info;
+    ck_assert_int_eq(rill_sched_session_info(g.sch, s2, &info), RILL_OK);
+    ck_assert_int_eq(info.version, 2);
+    outcome_deinit(&ob);
+    outcome_deinit(&gt.o);
+    pthread_mutex_destroy(&gt.mu);
+    pthread_cond_destroy(&gt.cv);
+    rig_close(&g);
+}
+END_TEST
+
 /* An answer says what its time to the first token was made of: the backlog of its session it
  * waited for (the tokens acknowledged but not evaluated when it was asked) and the engine time
  * of the steps that evaluated that backlog and its question; the time it spent behind a step
@@ -3066,6 +3124,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, question_steps_take_ingest_within_the_bound);
         tcase_add_test(tc, questions_do_not_wait_for_later_data);
         tcase_add_test(tc, answers_account_for_their_first_token_time);
+        tcase_add_test(tc, answer_version_is_what_it_saw);
         tcase_add_test(tc, admission_reserves_windows);
         tcase_add_test(tc, exhaustion_reclaims_forks);
         tcase_add_test(tc, standing_queries_cache_and_coalesce);

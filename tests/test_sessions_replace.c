@@ -339,6 +339,44 @@ START_TEST(chunking_does_not_change_the_bits) {
 }
 END_TEST
 
+/* rill_session_version_at: the newest version wholly within a stream prefix, as a fork rolled
+ * back to evaluated tokens sees it (its inputs queued, not evaluated: the stream indices are what
+ * matter). */
+START_TEST(version_at_a_stream_length) {
+    rig_t g;
+    rig_open(&g, QWEN);
+    rill_session_t *s = new_session(&g, 0, 0);
+    int32_t t[16];
+    for (int i = 0; i < 16; i++) {
+        t[i] = i + 1;
+    }
+    ck_assert_int_eq(rill_session_version_at(s, 0), 0);
+    ck_assert_int_eq(rill_session_feed(s, t, 5), RILL_OK); /* v1: stream [0, 5) */
+    ck_assert_int_eq(rill_session_feed(s, t, 3), RILL_OK); /* v2: [5, 8) */
+    ck_assert_int_eq(rill_session_feed(s, t, 4), RILL_OK); /* v3: [8, 12) */
+    const int64_t want[][2] = { { 0, 0 },  { 4, 0 },  { 5, 1 },  { 7, 1 },   { 8, 2 },
+                                { 11, 2 }, { 12, 3 }, { 13, 3 }, { 1000, 3 } };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        ck_assert_msg(rill_session_version_at(s, want[i][0]) == want[i][1],
+                      "len %lld: version %lld, want %lld", (long long)want[i][0],
+                      (long long)rill_session_version_at(s, want[i][0]), (long long)want[i][1]);
+    }
+    ck_assert_int_eq(rill_session_version_at(s, -1), -1);
+    ck_assert_int_eq(rill_session_version_at(NULL, 3), -1);
+    ck_assert_int_eq(rill_session_seq(s), 3);
+    /* older than the window remembers: unknown */
+    for (int i = 0; i < RILL_SESSION_REPLACE_INPUTS + 2; i++) {
+        ck_assert_int_eq(rill_session_feed(s, t, 1), RILL_OK);
+    }
+    ck_assert_int_eq(rill_session_version_at(s, 3), -1);
+    int64_t end = 12 + RILL_SESSION_REPLACE_INPUTS + 2;
+    ck_assert_int_eq(rill_session_version_at(s, end - 1), rill_session_seq(s) - 1);
+    ck_assert_int_eq(rill_session_version_at(s, end), rill_session_seq(s));
+    rill_session_destroy(&s);
+    test_rig_close(&g);
+}
+END_TEST
+
 /* ---- replace against a fresh prefill -------------------------------------------------------- */
 
 static void replace_script(const char *model, int32_t max_batch) {
@@ -1315,6 +1353,7 @@ int main(void) {
     TCase *tc = tcase_create("replace");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, chunking_does_not_change_the_bits);
+    tcase_add_test(tc, version_at_a_stream_length);
     tcase_add_test(tc, replace_equals_fresh_prefill_bpe);
     tcase_add_test(tc, replace_equals_fresh_prefill_spm);
     tcase_add_test(tc, replace_equals_fresh_prefill_batched);
