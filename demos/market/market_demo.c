@@ -495,6 +495,13 @@ int main(int argc, char **argv) {
            sv.busy_ms + sv.idle_ms > 0 ? 100 * sv.busy_ms / (sv.busy_ms + sv.idle_ms) : 0,
            sv.tokens_ingest, sv.tokens_prefill, sv.tokens_decode, sv.tokens_standing,
            sv.standing_refreshes);
+    for (int i = 0; i < o.sessions; i++) { /* the check saw the lines rilld wrote */
+        if (rill_market_truth_n_lines(ss[i].truth) != ss[i].lines) {
+            printf("market-demo: the check holds %" PRId64 " lines of %s, rilld wrote %" PRId64
+                   ": its accuracy is not to be trusted\n",
+                   rill_market_truth_n_lines(ss[i].truth), ss[i].name, ss[i].lines);
+        }
+    }
     /* accuracy of the answers printed above, per question kind */
     printf("accuracy (each answer's first line against the ticks its data version held):\n");
     printf("%-18s %7s %7s %7s %9s\n", "question kind", "answers", "scored", "right", "accuracy");
