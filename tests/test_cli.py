@@ -325,7 +325,8 @@ def bench_stream_accuracy(rill, st, summ, exp):
     is true at the chunks it saw and whether they agree (true/false/null); a summary's accuracy
     is its lines' right over scored, per kind too. The truth is recomputed here from the export
     for the kinds whose answer is a line's own field (the last MSFT line's price and side; AAPL's
-    last price against its first), so a truth fed at the wrong version, or answers scored against
+    last price against its first) at the chunks the answer's version held (checked against the
+    tokens it was answered on), so a truth fed at the wrong version, or answers scored against
     another session's ticks, fail."""
     kinds = {"moved_most", "above_first_price", "last_price_side", "largest_size", "trend",
              "sells_count"}
@@ -335,8 +336,17 @@ def bench_stream_accuracy(rill, st, summ, exp):
             assert r["truth_kind"] in kinds and r["correct"] in (True, False, None), r
             assert isinstance(r["answer_text"], str), r
             q = next(x for x in streams[r["session"]]["questions"] if x["q"] == r["q"])
-            assert r["chunks_seen"] == q["after"], (r, q)  # the version the answer saw
-            text = [c["text"].split() for c in streams[r["session"]]["chunks"][:q["after"]]]
+            chunks = streams[r["session"]]["chunks"]
+            seen = r["chunks_seen"]  # from the version the answer saw
+            if mode == "stateless":
+                assert seen == q["after"], (r, q)
+            else:  # the whole chunks within the tokens it was answered on
+                ends = [len(exp["prompt"]) + sum(len(c["tokens"]) for c in chunks[:k])
+                        for k in range(len(chunks) + 1)]
+                assert ends[seen] <= r["engine_context"], (r, ends)
+                assert seen == len(chunks) or r["engine_context"] < ends[seen + 1], (r, ends)
+                assert r["data_version"] >= seen, r
+            text = [c["text"].split() for c in chunks[:seen]]
             if r["truth_kind"] == "last_price_side":
                 ms = [t for t in text if t[0] == "MSFT"]
                 want = f"{ms[-1][1]} {ms[-1][4]}" if ms else None

@@ -23,8 +23,10 @@
  * Progress and errors go to stderr.
  *
  * Accuracy (issue 23). Every answer is checked against its session's market truth
- * (ingest/rill_market_truth.h) at the chunks its data version held: per question line
- * truth_kind, chunks_seen, answer_text, expected (null: nothing to know yet) and correct
+ * (ingest/rill_market_truth.h) at the chunks it was computed on (rill: the whole chunks within
+ * its resident tokens; stateless: its request's): per question line truth_kind, chunks_seen,
+ * data_version (rill: the version the engine reported), answer_text, expected (null: nothing to
+ * know yet) and correct
  * (true/false/null: unscored); per summary scored, correct, accuracy (correct / scored, null
  * when none) and accuracy_by_kind ({kind: {n, scored, correct, accuracy}}); the rill summary
  * also standing_kind, standing_answers_checked, standing_scored, standing_correct and

@@ -41,9 +41,12 @@
  *
  * Answers are checked (issue 23): each session's lines go into a market truth
  * (ingest/rill_market_truth.h) as chunk c at version c + 1; a question's answer, decoded to text,
- * is scored against the truth at the chunks its data version held (rill mode: the answer's
- * version less the session's version before the stream; stateless: the chunks of its request),
- * and so is every standing answer, at the version it was computed on.
+ * is scored against the truth at the chunks it was computed on, and so is every standing
+ * answer. Rill mode: the whole chunks within the tokens resident when it was answered
+ * (rill_sched_answer_t.n_context), not its version: a question taken while later chunks were
+ * acknowledged but not yet evaluated runs on a fork that drops them, yet carries the session's
+ * version with them counted (scheduler/requests.c), so the version can run ahead of what the
+ * answer saw when the engine is behind the feed. Stateless: the chunks of its request.
  *
  * Files, one job each: stream_main.c (options, the KV pool, the entry point), stream_build.c
  * (the stream, built before the run, and its export), stream_run.c (the feeders and the two
@@ -131,6 +134,7 @@ typedef struct chunk {
 /* A standing answer as the engine finished it: the data version it saw and its tokens. */
 typedef struct sanswer {
     int64_t version;
+    int32_t n_context; /* tokens resident when it was computed (rill_sched_answer_t) */
     int32_t n_tokens;
     int32_t *tokens; /* room for opts.answer ids */
 } sanswer_t;
@@ -143,7 +147,6 @@ typedef struct sstream {
     int32_t q_first, n_q; /* its questions in bench.qs */
     int64_t ticks;
     rill_market_truth_t *truth; /* its lines, chunk c at version c + 1 (issue 23's check) */
-    int64_t base_version;       /* the session's data version before its first chunk */
 } sstream_t;
 
 typedef struct standing {

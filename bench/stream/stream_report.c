@@ -10,7 +10,8 @@
  * before 2026-12-02 were exact order statistics of sorted samples.
  *
  * Accuracy (issue 23): every answer is decoded to text (its ids, special tokens rendered as
- * nothing) and scored by the session's market truth at the chunks it saw (stream_internal.h);
+ * nothing) and scored by the session's market truth at the chunks it saw (the whole chunks
+ * within its resident tokens; stream_internal.h says why not its version);
  * a question outside the truth's table, or one with nothing to know yet, is unscored (null).
  * accuracy = right / scored, per mode, per question kind, and for the standing answers.
  */
@@ -86,6 +87,23 @@ static size_t text_cap(const bench_t *b) {
            16;
 }
 
+/* The chunks of session s an answer computed on n_context resident tokens saw: the whole ones
+ * after the prompt (see stream_internal.h). */
+static int64_t chunks_within(const bench_t *b, int32_t s, int64_t n_context) {
+    const sstream_t *ss = &b->ss[s];
+    int64_t data = n_context - b->n_prompt, lo = 0, hi = ss->n_chunks;
+    while (lo < hi) { /* the most chunks whose tokens end at or before data */
+        int64_t mid = (lo + hi + 1) / 2;
+        const chunk_t *c = &ss->chunks[mid - 1];
+        if (c->tok_off + c->n_tok <= data) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
 /* The verdict of answer ids[0, n) to question kind k of session s, which saw `seen` chunks. */
 static rill_market_verdict_t verdict(const bench_t *b, int32_t s, const rill_market_question_t *q,
                                      int64_t seen, const int32_t *ids, int32_t n, char *buf,
@@ -116,6 +134,7 @@ static void write_question(FILE *f, const bench_t *b, const question_t *q, const
     json_num(f, "ttft_compute_ms", good ? (double)r->ttft_compute_ns / 1e6 : NAN);
     fprintf(f, ",\"backlog\":%lld,\"engine_context\":%d", (long long)r->backlog, r->engine_context);
     if (r == &q->rill) {
+        fprintf(f, ",\"data_version\":%lld", (long long)r->version);
         json_num(f, "standing_age_ms",
                  r->standing_age_ns >= 0 ? (double)r->standing_age_ns / 1e6 : NAN);
     }
@@ -315,7 +334,7 @@ int rill__stream_report(bench_t *b) {
             if (m == 1 && !q->sampled) {
                 continue;
             }
-            r->seen = m == 0 ? r->version - b->ss[q->session].base_version : q->after;
+            r->seen = m == 0 ? chunks_within(b, q->session, r->engine_context) : q->after;
             r->verdict = RILL_MARKET_UNSCORED;
             if (ok(r)) {
                 int32_t n = r->n_answer < (int32_t)b->o.answer ? r->n_answer : (int32_t)b->o.answer;
@@ -328,7 +347,7 @@ int rill__stream_report(bench_t *b) {
         for (int64_t k = 0; k < b->st[s].n_kept; k++) {
             const sanswer_t *a = &b->st[s].kept[k];
             rill_market_tally_add(&tst, b->sq.kind,
-                                  verdict(b, s, &b->sq, a->version - b->ss[s].base_version,
+                                  verdict(b, s, &b->sq, chunks_within(b, s, a->n_context),
                                           a->tokens, a->n_tokens, buf, cap));
         }
     }

@@ -91,6 +91,7 @@ static void on_standing(void *user, rill_sched_rid_t rid, const rill_sched_answe
     if (st->n_kept < st->cap_kept) { /* room for one per version: never short */
         sanswer_t *k = &st->kept[st->n_kept++];
         k->version = a->version;
+        k->n_context = a->n_context;
         k->n_tokens = a->n_tokens < (int32_t)b->o.answer ? a->n_tokens : (int32_t)b->o.answer;
         memcpy(k->tokens, a->tokens, (size_t)k->n_tokens * sizeof *k->tokens);
     }
@@ -225,12 +226,6 @@ int rill__stream_run_rill(bench_t *b) {
             sched_error("session", err);
             goto done;
         }
-        rill_sched_session_info_t si;
-        if ((err = rill_sched_session_info(b->sch, b->sid[s], &si)) != RILL_OK) {
-            sched_error("session", err);
-            goto done;
-        }
-        b->ss[s].base_version = si.version; /* the version before the first chunk */
         if (!b->o.no_standing) {
             b->st[s].b = b;
             rill_sched_ask_t a = { .question = b->stok,
