@@ -742,10 +742,10 @@ static const char *choice_name(int c) {
 }
 
 /* Appends printf output to buf at *off (cut at cap). */
-#define APPEND(...)                                                           \
-    do {                                                                      \
-        int k_ = snprintf(buf + off, off < cap ? cap - off : 0, __VA_ARGS__); \
-        off += k_ > 0 ? (size_t)k_ : 0;                                       \
+#define APPEND(...)                                                                              \
+    do {                                                                                         \
+        int k_ = snprintf(off < cap ? buf + off : NULL, off < cap ? cap - off : 0, __VA_ARGS__); \
+        off += k_ > 0 ? (size_t)k_ : 0;                                                          \
     } while (0)
 
 int64_t rill_market_truth_expect(const rill_market_truth_t *t, const rill_market_question_t *q,
