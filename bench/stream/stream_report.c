@@ -499,7 +499,7 @@ int rill__stream_report(bench_t *b) {
         fmt_pct(acc, sizeof acc, rill_market_tally_right(&tr), rill_market_tally_scored(&tr));
         fmt_pct(sacc, sizeof sacc, rill_market_tally_right(&ts), rill_market_tally_scored(&ts));
         fmt_pct(stacc, sizeof stacc, rill_market_tally_right(&tst), rill_market_tally_scored(&tst));
-        printf("\naccuracy (first line of each answer against the ticks its data version held): "
+        printf("\naccuracy (first line of each answer against the ticks it was computed on): "
                "rill %s of %lld scored (%lld unscored), stateless (a) %s of %lld",
                acc, (long long)rill_market_tally_scored(&tr),
                (long long)(rill_market_tally_n(&tr) - rill_market_tally_scored(&tr)), sacc,
