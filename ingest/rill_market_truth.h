@@ -54,11 +54,11 @@
  *   - A data line is no answer: a first line that is itself a tick or bar line of the stream's
  *     form ("AAPL 187.34 -0.01 100 B") is wrong for every kind.
  *   - Symbols: a word (a run of [A-Za-z0-9._/-] that starts with a letter, one trailing '.',
- *     '/' or '-' dropped) names a
- *     symbol when it equals, byte for byte, a symbol the text holds, as printed (upper case;
- *     the stream prints EURUSD and BTC-USD, so "EUR/USD", "BTCUSD" or "eurusd" name nothing).
- *     A symbol answer must name exactly one symbol (two different ones are two candidates), one
- *     of the true ones (ties: any of them). A price answer must name no symbol other than S.
+ *     '/' or '-' dropped) names a symbol when it equals, byte for byte, a symbol the text holds,
+ *     as printed (upper case; the stream prints EURUSD and BTC-USD, so "EUR/USD", "BTCUSD" or
+ *     "eurusd" name nothing). A symbol answer must name exactly one symbol (two different ones
+ *     are two candidates), one of the true ones (ties: any of them). An answer to a question
+ *     about S names no symbol but S.
  *   - Numbers: [+|-]digits[.digits] (digits may be grouped by commas in threes: 1,200), not
  *     inside a word; a '.' not followed by a digit ends the number. Values are compared exactly
  *     as decimals: 187.34 and 187.340 are equal, 187.3 is not 187.34. A price, size or count
