@@ -5,12 +5,14 @@
  *
  *   rill_market.h       msgpack and CSV ticks, the symbol table and tick/bar lines, the rate
  *                       governor, the synthetic market
+ *   rill_market_truth.h the true answers to the fixed market questions, the check of answers
  *   rill_text_ingest.h  raw text chunks to clean UTF-8 text (boundary-safe)
  */
 #ifndef RILL_INGEST_H
 #define RILL_INGEST_H
 
 #include "rill_market.h"
+#include "rill_market_truth.h"
 #include "rill_text_ingest.h"
 
 #endif /* RILL_INGEST_H */

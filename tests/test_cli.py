@@ -9,6 +9,7 @@ are absent. Prints 'N passed, N failed' last.
 import json
 import math
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -319,6 +320,68 @@ def bench_stream_percentiles(rill, st, summ):
     assert hist_close(got, hist_rank_pct(ratios, 0.5), rel=2e-3), (got, ratios)
 
 
+def bench_stream_accuracy(rill, st, summ, exp):
+    """Issue 23's check in `rill bench stream`: every answer line says what its answer was, what
+    is true at the chunks it saw and whether they agree (true/false/null); a summary's accuracy
+    is its lines' right over scored, per kind too. The truth is recomputed here from the export
+    for the kinds whose answer is a line's own field (the last MSFT line's price and side; AAPL's
+    last price against its first) at the chunks the answer's version held (checked against the
+    tokens it was answered on), so a truth fed at the wrong version, or answers scored against
+    another session's ticks, fail."""
+    kinds = {"moved_most", "above_first_price", "last_price_side", "largest_size", "trend",
+             "sells_count"}
+    streams = {s["session"]: s for s in exp["streams"]}
+    for mode, lines in (("rill", rill), ("stateless", st)):
+        for r in lines:
+            assert r["truth_kind"] in kinds and r["correct"] in (True, False, None), r
+            assert isinstance(r["answer_text"], str), r
+            q = next(x for x in streams[r["session"]]["questions"] if x["q"] == r["q"])
+            chunks = streams[r["session"]]["chunks"]
+            seen = r["chunks_seen"]  # from the version the answer saw
+            if mode == "stateless":
+                assert seen == q["after"], (r, q)
+            else:  # the whole chunks within the tokens it was answered on
+                ends = [len(exp["prompt"]) + sum(len(c["tokens"]) for c in chunks[:k])
+                        for k in range(len(chunks) + 1)]
+                assert ends[seen] <= r["engine_context"], (r, ends)
+                assert seen == len(chunks) or r["engine_context"] < ends[seen + 1], (r, ends)
+                assert r["data_version"] >= seen, r
+            text = [c["text"].split() for c in chunks[:seen]]
+            if r["truth_kind"] == "last_price_side":
+                ms = [t for t in text if t[0] == "MSFT"]
+                want = f"{ms[-1][1]} {ms[-1][4]}" if ms else None
+                assert r["expected"] == want, (r, want)
+            if r["truth_kind"] == "above_first_price":
+                aa = [t for t in text if t[0] == "AAPL"]
+                want = None
+                if aa:
+                    first, last = float(aa[0][1]), float(aa[-1][1])
+                    want = ("yes" if last > first else "no" if last < first else "equal") + \
+                        ", " + aa[-1][1]
+                assert r["expected"] == want, (r, want)
+            if r["expected"] is None:
+                assert r["correct"] is None, r
+        sm = summ[mode]
+        scored = [r for r in lines if r["correct"] is not None]
+        right = [r for r in scored if r["correct"]]
+        assert sm["scored"] == len(scored) and sm["correct"] == len(right), sm
+        if scored:
+            assert abs(sm["accuracy"] - len(right) / len(scored)) <= 0.0006, sm
+        else:
+            assert sm["accuracy"] is None, sm
+        by = sm["accuracy_by_kind"]
+        assert set(by) == {r["truth_kind"] for r in lines}, by
+        for k, v in by.items():
+            mine = [r for r in lines if r["truth_kind"] == k]
+            assert v["n"] == len(mine), (k, v)
+            assert v["scored"] == sum(r["correct"] is not None for r in mine), (k, v)
+            assert v["correct"] == sum(r["correct"] is True for r in mine), (k, v)
+    sr = summ["rill"]
+    assert sr["standing_kind"] == "all_last_prices", sr
+    assert 0 <= sr["standing_correct"] <= sr["standing_scored"] <= sr["standing_answers_checked"]
+    assert sr["standing_answers_checked"] >= 1, sr
+
+
 def t_bench_stream():
     """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
     parse (one per question and mode, a summary per mode), and the export holds the stream."""
@@ -337,6 +400,10 @@ def t_bench_stream():
                   "50", "--every", "2", "--context", "128", "--answer", "4", "--stateless", "1",
                   "-t", "1", "--json", js, "--export", ex).stdout
         assert "| context <= |" in out, out
+        assert "| question kind | questions | scored | right | rill accuracy |" in out, out
+        assert re.search(r"^accuracy \(first line of each answer .*: rill (\S+) of \d+ scored",
+                         out, re.M), out
+        assert '"accuracy":' in out.splitlines()[-1], out
         rows = [json.loads(line) for line in open(js)]
         exp = json.load(open(ex))
     qs = [r for r in rows if not r.get("summary")]
@@ -362,6 +429,7 @@ def t_bench_stream():
     assert [b["le"] for b in summ["rill"]["buckets"]] == [256], summ["rill"]
     # The summaries' percentiles against the per-question lines (bench_stream_percentiles).
     bench_stream_percentiles(rill, st, summ)
+    bench_stream_accuracy(rill, st, summ, exp)
     # The export: every chunk's tokens, questions after a chunk, contexts that add up.
     assert exp["format"] == "rill-stream" and len(exp["streams"]) == 2, exp.keys()
     for s in exp["streams"]:

@@ -5,7 +5,9 @@ sharing two cores with another test still has idle time for the standing refresh
 the summary must show both sessions with ticks ingested, standing answers pushed, questions
 answered (each session's TTFT p50 and max agreeing with the questions' own lines: core's
 histogram reports the nearest-rank sample within 1/32 above it, the max exactly), and the
-re-prefill comparison; rilld must stop cleanly (its log says so).
+re-prefill comparison, and every printed answer checked against the ticks its version held
+(a verdict line under it, the accuracy table adding up to them); rilld must stop cleanly (its
+log says so).
 
 In a sanitizer build (RILL_SANITIZE in BUILD's CMakeCache.txt) the model runs ~7x slower and the
 engine is busy the whole run on a slow 2-core machine, so a refresh rarely finishes before the
@@ -64,6 +66,22 @@ def main():
     else:
         assert pushes > 0, "no standing answer was pushed"
     assert re.search(r"\bask\s+ttft", out), "no interactive question was answered"
+    # Issue 23's check: every printed answer (asks and pushes) is scored, with a line under it,
+    # and the accuracy table adds up to those lines.
+    n_answers = len(re.findall(r"^\[\s*[\d.]+s\] market-\d\s+(?:ask|push)\s", out, re.M))
+    verdicts = re.findall(r"^\s+(right|wrong|unscored) \(true at v\d+: ", out, re.M)
+    assert len(verdicts) == n_answers, (len(verdicts), n_answers)
+    assert "accuracy (each answer's first line against the ticks" in out, out
+    assert "the check holds" not in out, out  # the replayed governor wrote rilld's lines
+    table = re.findall(r"^(\w+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+%|-)\s*$", out, re.M)
+    kinds = {k: tuple(map(int, r)) for k, *r, _ in table}
+    assert "overall" in kinds, table
+    n, scored, right = kinds.pop("overall")
+    assert n == n_answers and scored == verdicts.count("right") + verdicts.count("wrong"), table
+    assert right == verdicts.count("right"), (table, verdicts)
+    assert set(kinds) <= {"moved_last", "above_first", "last_price", "largest_trade",
+                          "buys_sells", "quote"} and kinds, kinds
+    assert [sum(v[i] for v in kinds.values()) for i in range(3)] == [n, scored, right], table
     assert re.search(r"re-prefilling the same data .* \((\d+)x\)", out), "no re-prefill line"
     state = re.search(r"are in (\S+)", out).group(1)
     log = open(os.path.join(state, "rilld.log")).read()

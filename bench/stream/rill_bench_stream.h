@@ -21,6 +21,18 @@
  * the bucket that holds it, so within 1/32 above the sample (exact for the minimum and the
  * maximum). With --export FILE: the exact stream as JSON, for bench/stream_llama.py.
  * Progress and errors go to stderr.
+ *
+ * Accuracy (issue 23). Every answer is checked against its session's market truth
+ * (ingest/rill_market_truth.h) at the chunks it was computed on (rill: the whole chunks within
+ * its resident tokens; stateless: its request's): per question line truth_kind, chunks_seen,
+ * data_version (rill: the version the engine reported), answer_text, expected (null: nothing to
+ * know yet) and correct
+ * (true/false/null: unscored); per summary scored, correct, accuracy (correct / scored, null
+ * when none) and accuracy_by_kind ({kind: {n, scored, correct, accuracy}}); the rill summary
+ * also standing_kind, standing_answers_checked, standing_scored, standing_correct and
+ * standing_accuracy (every standing answer, at the version it was computed on). stdout gets a
+ * table of accuracy per question kind beside its TTFT p50, an accuracy line, and "accuracy" in
+ * the machine-readable line (-1 when none was scored).
  */
 #ifndef RILL_BENCH_STREAM_H
 #define RILL_BENCH_STREAM_H

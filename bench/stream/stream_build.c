@@ -2,7 +2,8 @@
  * stream_build.c - the stream benchmark's workload, built whole before anything runs (see
  * stream_internal.h): each session's synthetic market rendered as text lines and tokenized,
  * the questions placed every --every ticks, the context buckets; and --export's JSON of it
- * for bench/stream_llama.py, so that llama.cpp replays exactly the same stream.
+ * for bench/stream_llama.py, so that llama.cpp replays exactly the same stream. Each session's
+ * lines also go into its market truth (chunk c at version c + 1), which scores the answers.
  */
 #include <errno.h>
 #include <string.h>
@@ -69,6 +70,17 @@ static int tokenize(bench_t *b, const char *text, size_t len, bool add_special, 
     return *n == cnt ? 0 : 1;
 }
 
+/* The kind of a question written "\nQuestion: TEXT\nAnswer:" (TEXT through the market
+ * truth's template table; kind NONE, unscored, when it is not one of them). */
+static void classify(const char *wrapped, rill_market_question_t *q) {
+    const char *p = strstr(wrapped, "Question: "), *e = strstr(wrapped, "\nAnswer:");
+    memset(q, 0, sizeof *q);
+    if (p != NULL && e != NULL && e > p) {
+        p += strlen("Question: ");
+        rill_market_question_parse(p, (size_t)(e - p), q);
+    }
+}
+
 /* ---- the stream ------------------------------------------------------------------------- */
 
 static int bucket_of(const bench_t *b, int32_t context) {
@@ -97,6 +109,9 @@ static int build_session(bench_t *b, int32_t s, rill_tokenizer_work_t *work) {
     rill_err_t err = rill_market_synth_new(&sp, &syn);
     if (err == RILL_OK) {
         err = rill_market_fmt_new(NULL, &fmt);
+    }
+    if (err == RILL_OK) {
+        err = rill_market_truth_new(NULL, &ss->truth);
     }
     for (int64_t i = 0; err == RILL_OK && i < rill_market_synth_n_symbols(syn); i++) {
         const char *name = NULL;
@@ -152,6 +167,10 @@ static int build_session(bench_t *b, int32_t s, rill_tokenizer_work_t *work) {
         c->n_tok = (int32_t)n;
         memcpy(b->text + b->text_len, line, (size_t)len);
         b->text_len += len;
+        if ((err = rill_market_truth_feed(ss->truth, line, (size_t)len, ss->n_chunks, t_ns)) !=
+            RILL_OK) {
+            break;
+        }
         ss->n_tokens += n;
         context += (int32_t)n;
         if (++ss->ticks % b->o.every == 0) {
@@ -186,12 +205,14 @@ int rill__stream_build(bench_t *b) {
         return 1;
     }
     b->max_q = b->n_stok;
+    classify(STANDING, &b->sq);
     for (int32_t k = 0; k < N_QUESTIONS; k++) {
         if (tokenize(b, QUESTIONS[k], strlen(QUESTIONS[k]), false, &b->qtok[k], &b->n_qtok[k]) !=
             0) {
             return 1;
         }
         b->max_q = b->n_qtok[k] > b->max_q ? b->n_qtok[k] : b->max_q;
+        classify(QUESTIONS[k], &b->qq[k]);
     }
     b->ss = rill_calloc(RILL_MEM_OTHER, (size_t)b->o.sessions, sizeof *b->ss);
     rill_tokenizer_work_t *work = NULL;

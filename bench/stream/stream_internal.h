@@ -39,6 +39,15 @@
  * measured on, and its own figures would depend on rill's load); sampling every question in (a)
  * (a 4096-token re-prefill takes seconds on two cores; a full sweep would take an hour).
  *
+ * Answers are checked (issue 23): each session's lines go into a market truth
+ * (ingest/rill_market_truth.h) as chunk c at version c + 1; a question's answer, decoded to text,
+ * is scored against the truth at the chunks it was computed on, and so is every standing
+ * answer. Rill mode: the whole chunks within the tokens resident when it was answered
+ * (rill_sched_answer_t.n_context), not its version: a question taken while later chunks were
+ * acknowledged but not yet evaluated runs on a fork that drops them, yet carries the session's
+ * version with them counted (scheduler/requests.c), so the version can run ahead of what the
+ * answer saw when the engine is behind the feed. Stateless: the chunks of its request.
+ *
  * Files, one job each: stream_main.c (options, the KV pool, the entry point), stream_build.c
  * (the stream, built before the run, and its export), stream_run.c (the feeders and the two
  * modes), stream_report.c (percentiles from core's histogram, the table, the JSON lines).
@@ -52,6 +61,7 @@
 #include <stdio.h>
 
 #include "local.h"
+#include "rill_market_truth.h"
 #include "rill_scheduler.h"
 #include "rill_session.h"
 
@@ -93,6 +103,10 @@ typedef struct result {
     int64_t standing_age_ns; /* rill mode: now - the standing answer's finish; -1 none yet */
     int32_t n_answer;
     int32_t *answer; /* room for opts.answer ids */
+    int64_t version; /* rill mode: the data version the answer saw (rill_sched_answer_t) */
+    /* the check (stream_report.c): chunks of its session the answer saw, and the verdict */
+    int64_t seen;
+    rill_market_verdict_t verdict;
 } result_t;
 
 typedef struct question {
@@ -117,6 +131,14 @@ typedef struct chunk {
     rill_err_t err;  /* what on_ack said */
 } chunk_t;
 
+/* A standing answer as the engine finished it: the data version it saw and its tokens. */
+typedef struct sanswer {
+    int64_t version;
+    int32_t n_context; /* tokens resident when it was computed (rill_sched_answer_t) */
+    int32_t n_tokens;
+    int32_t *tokens; /* room for opts.answer ids */
+} sanswer_t;
+
 typedef struct sstream {
     chunk_t *chunks;
     int64_t n_chunks, cap_chunks;
@@ -124,12 +146,15 @@ typedef struct sstream {
     int64_t n_tokens, cap_tokens;
     int32_t q_first, n_q; /* its questions in bench.qs */
     int64_t ticks;
+    rill_market_truth_t *truth; /* its lines, chunk c at version c + 1 (issue 23's check) */
 } sstream_t;
 
 typedef struct standing {
     bench_t *b;
     int64_t done_ns; /* finish of the newest answer (0: none yet); under b->mu */
     int64_t answers;
+    sanswer_t *kept; /* the answers in order, up to cap_kept (one per version at most) */
+    int64_t n_kept, cap_kept;
 } standing_t;
 
 struct bench {
@@ -145,6 +170,8 @@ struct bench {
     int32_t *prompt, n_prompt;
     int32_t *qtok[N_QUESTIONS], n_qtok[N_QUESTIONS], max_q;
     int32_t *stok, n_stok;
+    rill_market_question_t qq[N_QUESTIONS], sq; /* the questions' kinds (truth) */
+    int32_t *sanswers;                          /* the standing answers' ids */
     int32_t buckets[MAX_BUCKETS], n_buckets;
     int32_t *answers; /* 2 * n_qs * answer ids */
     /* run time */

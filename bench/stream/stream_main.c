@@ -60,6 +60,7 @@ static void bench_free(bench_t *b) {
     for (int32_t s = 0; b->ss != NULL && s < (int32_t)b->o.sessions; s++) {
         rill_free(b->ss[s].chunks);
         rill_free(b->ss[s].tokens);
+        rill_market_truth_destroy(&b->ss[s].truth);
     }
     rill_free(b->ss);
     rill_free(b->qs);
@@ -71,7 +72,11 @@ static void bench_free(bench_t *b) {
     }
     rill_free(b->answers);
     rill_free(b->sid);
+    for (int32_t s = 0; b->st != NULL && s < (int32_t)b->o.sessions; s++) {
+        rill_free(b->st[s].kept);
+    }
     rill_free(b->st);
+    rill_free(b->sanswers);
     rill_free(b->sinfo);
     local_close(&b->l);
     pthread_cond_destroy(&b->cv);
@@ -202,6 +207,31 @@ int rill_bench_stream_main(int argc, char **argv) {
         if (b->sid == NULL || b->st == NULL || b->sinfo == NULL || b->answers == NULL) {
             fprintf(stderr, "rill bench stream: out of memory\n");
             rc = 1;
+        }
+        /* room for a standing answer per data version of each session: its chunks and one */
+        int64_t n_sa = 0;
+        for (int32_t s = 0; rc == 0 && s < K; s++) {
+            n_sa += b->ss[s].n_chunks + 2;
+        }
+        if (rc == 0 && !o->no_standing) {
+            b->sanswers =
+                rill_calloc(RILL_MEM_OTHER, (size_t)(n_sa * o->answer), sizeof *b->sanswers);
+            rc = b->sanswers == NULL;
+        }
+        for (int32_t s = 0, *ids = b->sanswers; rc == 0 && s < K && !o->no_standing; s++) {
+            standing_t *st = &b->st[s];
+            st->cap_kept = b->ss[s].n_chunks + 2;
+            st->kept = rill_calloc(RILL_MEM_OTHER, (size_t)st->cap_kept, sizeof *st->kept);
+            if (st->kept == NULL) {
+                rc = 1;
+                break;
+            }
+            for (int64_t i = 0; i < st->cap_kept; i++, ids += o->answer) {
+                st->kept[i].tokens = ids;
+            }
+        }
+        if (rc != 0) {
+            fprintf(stderr, "rill bench stream: out of memory\n");
         }
     }
     if (rc == 0) {

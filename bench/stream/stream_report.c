@@ -8,6 +8,12 @@
  * samples, as STYLE.md rule 19 asks of latencies: one histogram refilled per figure, no array
  * of samples, and the precision stated once in core. The figures in docs/benchmarks.md recorded
  * before 2026-12-02 were exact order statistics of sorted samples.
+ *
+ * Accuracy (issue 23): every answer is decoded to text (its ids, special tokens rendered as
+ * nothing) and scored by the session's market truth at the chunks it saw (the whole chunks
+ * within its resident tokens; stream_internal.h says why not its version);
+ * a question outside the truth's table, or one with nothing to know yet, is unscored (null).
+ * accuracy = right / scored, per mode, per question kind, and for the standing answers.
  */
 #include <errno.h>
 #include <math.h>
@@ -15,6 +21,7 @@
 
 #include "rill_alloc.h"
 #include "rill_hist.h"
+#include "rill_text_ingest.h"
 #include "stream_internal.h"
 
 /* Percentiles come from core's histogram (rill_hist.h), recorded in integer units fine enough
@@ -47,8 +54,74 @@ static void json_num(FILE *f, const char *key, double v) {
     }
 }
 
+/* The decoding of answers into text: ids to bytes (raw), then to valid UTF-8 (a byte token
+ * cut off by --answer becomes U+FFFD: JSON lines are UTF-8). Made once per report. */
+typedef struct decoder {
+    char *raw;
+    size_t raw_cap;
+    rill_text_clean_t *clean;
+} decoder_t;
+
+static decoder_t g_dec; /* the report runs on the main thread only */
+
+/* Decodes ids[0, n) into buf[0, cap) (cap >= text_cap(b)), NUL-terminated; returns the length. */
+static size_t answer_text(const bench_t *b, const int32_t *ids, int32_t n, char *buf, size_t cap) {
+    int64_t k = rill_tokenizer_decode(b->l.tok, ids, n, 0, g_dec.raw, g_dec.raw_cap, NULL);
+    buf[0] = '\0';
+    if (k <= 0) {
+        return 0;
+    }
+    rill_text_clean_reset(g_dec.clean);
+    int64_t m = rill_text_clean_feed(g_dec.clean, g_dec.raw, (size_t)k, buf, cap);
+    if (m < 0) {
+        buf[0] = '\0';
+        return 0;
+    }
+    int64_t f = rill_text_clean_flush(g_dec.clean, buf + m, cap - (size_t)m);
+    return (size_t)m + (size_t)(f > 0 ? f : 0);
+}
+
+/* Bytes that always hold a decoded answer of --answer ids. */
+static size_t text_cap(const bench_t *b) {
+    return RILL_TEXT_CLEAN_BOUND((size_t)b->o.answer * rill_tokenizer_max_piece(b->l.tok) + 16) +
+           16;
+}
+
+/* The chunks of session s an answer computed on n_context resident tokens saw: the whole ones
+ * after the prompt (see stream_internal.h). */
+static int64_t chunks_within(const bench_t *b, int32_t s, int64_t n_context) {
+    const sstream_t *ss = &b->ss[s];
+    int64_t data = n_context - b->n_prompt, lo = 0, hi = ss->n_chunks;
+    while (lo < hi) { /* the most chunks whose tokens end at or before data */
+        int64_t mid = (lo + hi + 1) / 2;
+        const chunk_t *c = &ss->chunks[mid - 1];
+        if (c->tok_off + c->n_tok <= data) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return lo;
+}
+
+/* The verdict of answer ids[0, n) to question kind k of session s, which saw `seen` chunks. */
+static rill_market_verdict_t verdict(const bench_t *b, int32_t s, const rill_market_question_t *q,
+                                     int64_t seen, const int32_t *ids, int32_t n, char *buf,
+                                     size_t cap) {
+    size_t len = answer_text(b, ids, n, buf, cap);
+    rill_market_verdict_t v = RILL_MARKET_UNSCORED;
+    if (rill_market_truth_score(b->ss[s].truth, q, seen, buf, len, &v) != RILL_OK) {
+        v = RILL_MARKET_UNSCORED;
+    }
+    return v;
+}
+
+static const char *verdict_json(rill_market_verdict_t v) {
+    return v == RILL_MARKET_RIGHT ? "true" : v == RILL_MARKET_WRONG ? "false" : "null";
+}
+
 static void write_question(FILE *f, const bench_t *b, const question_t *q, const char *mode,
-                           const result_t *r) {
+                           const result_t *r, char *buf, size_t cap) {
     fprintf(f,
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"session\":%d,\"q\":%d,\"kind\":%d,"
             "\"t_s\":%.3f,\"context\":%d,\"bucket\":%d,\"n_question\":%d,\"status\":\"%s\"",
@@ -61,13 +134,27 @@ static void write_question(FILE *f, const bench_t *b, const question_t *q, const
     json_num(f, "ttft_compute_ms", good ? (double)r->ttft_compute_ns / 1e6 : NAN);
     fprintf(f, ",\"backlog\":%lld,\"engine_context\":%d", (long long)r->backlog, r->engine_context);
     if (r == &q->rill) {
+        fprintf(f, ",\"data_version\":%lld", (long long)r->version);
         json_num(f, "standing_age_ms",
                  r->standing_age_ns >= 0 ? (double)r->standing_age_ns / 1e6 : NAN);
     }
     int32_t n = r->n_answer < (int32_t)b->o.answer ? r->n_answer : (int32_t)b->o.answer;
     fprintf(f, ",\"n_answer\":%d,\"answer\":", r->n_answer);
     rill__stream_json_ids(f, r->answer, n);
-    fprintf(f, "}\n");
+    /* the check: what the answer says, what is true at the chunks it saw, the verdict */
+    const rill_market_question_t *mq = &b->qq[q->kind];
+    fprintf(f, ",\"truth_kind\":\"%s\",\"chunks_seen\":%lld,\"answer_text\":",
+            rill_market_qkind_name(mq->kind), (long long)r->seen);
+    size_t len = answer_text(b, r->answer, n, buf, cap);
+    rill__stream_json_str(f, buf, len);
+    int64_t e = rill_market_truth_expect(b->ss[q->session].truth, mq, r->seen, buf, cap);
+    fprintf(f, ",\"expected\":");
+    if (e >= 0) {
+        rill__stream_json_str(f, buf, (size_t)e);
+    } else {
+        fprintf(f, "null");
+    }
+    fprintf(f, ",\"correct\":%s}\n", verdict_json(r->verdict));
 }
 
 typedef struct summary {
@@ -137,8 +224,37 @@ static void json_buckets(FILE *f, const bench_t *b, const summary_t *sm, bool ra
     fputc(']', f);
 }
 
+/* "scored", "correct", "accuracy" (null when none was scored) and "accuracy_by_kind" of tl. */
+static void json_accuracy(FILE *f, const char *prefix, const rill_market_tally_t *tl,
+                          bool by_kind) {
+    int64_t sc = rill_market_tally_scored(tl), ri = rill_market_tally_right(tl);
+    fprintf(f, ",\"%sscored\":%lld,\"%scorrect\":%lld", prefix, (long long)sc, prefix,
+            (long long)ri);
+    char key[64];
+    snprintf(key, sizeof key, "%saccuracy", prefix);
+    json_num(f, key, sc > 0 ? (double)ri / (double)sc : NAN);
+    if (!by_kind) {
+        return;
+    }
+    fprintf(f, ",\"accuracy_by_kind\":{");
+    for (int k = 0, first = 1; k < RILL_MARKET_Q_N_KINDS; k++) {
+        if (tl->n[k] == 0) {
+            continue;
+        }
+        fprintf(f, "%s\"%s\":{\"n\":%lld,\"scored\":%lld,\"correct\":%lld", first ? "" : ",",
+                rill_market_qkind_name((rill_market_qkind_t)k), (long long)tl->n[k],
+                (long long)tl->scored[k], (long long)tl->right[k]);
+        json_num(f, "accuracy",
+                 tl->scored[k] > 0 ? (double)tl->right[k] / (double)tl->scored[k] : NAN);
+        fputc('}', f);
+        first = 0;
+    }
+    fputc('}', f);
+}
+
 static void write_summary(FILE *f, const bench_t *b, const char *mode, const summary_t *sm,
-                          const double *extra, int n_extra, const char *const *extra_keys) {
+                          const double *extra, int n_extra, const char *const *extra_keys,
+                          const rill_market_tally_t *tl, const rill_market_tally_t *standing) {
     fprintf(f,
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
@@ -159,12 +275,27 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
         json_num(f, extra_keys[i], extra[i]);
     }
     json_buckets(f, b, sm, strcmp(mode, "stateless") == 0);
+    json_accuracy(f, "", tl, true);
+    if (standing != NULL) {
+        fprintf(f, ",\"standing_kind\":\"%s\",\"standing_answers_checked\":%lld",
+                rill_market_qkind_name(b->sq.kind), (long long)rill_market_tally_n(standing));
+        json_accuracy(f, "standing_", standing, false);
+    }
     fprintf(f, "}\n");
 }
 
 static void fmt_ms(char *buf, size_t cap, double v) {
     if (isfinite(v)) {
         snprintf(buf, cap, "%.1f", v);
+    } else {
+        snprintf(buf, cap, "-");
+    }
+}
+
+/* right / scored as a percentage, "-" when none was scored. */
+static void fmt_pct(char *buf, size_t cap, int64_t right, int64_t scored) {
+    if (scored > 0) {
+        snprintf(buf, cap, "%.1f%%", 100.0 * (double)right / (double)scored);
     } else {
         snprintf(buf, cap, "-");
     }
@@ -179,6 +310,47 @@ int rill__stream_report(bench_t *b) {
     summary_t rs, ss;
     summarize(b, false, h, &rs);
     summarize(b, true, h, &ss);
+    /* the check of every answer (see the top) */
+    size_t cap = text_cap(b);
+    char *buf = rill_malloc(RILL_MEM_OTHER, cap);
+    g_dec.raw_cap = (size_t)b->o.answer * rill_tokenizer_max_piece(b->l.tok) + 16;
+    g_dec.raw = rill_malloc(RILL_MEM_OTHER, g_dec.raw_cap);
+    if (buf == NULL || g_dec.raw == NULL || rill_text_clean_new(NULL, &g_dec.clean) != RILL_OK) {
+        rill_free(g_dec.raw);
+        rill_free(buf);
+        fprintf(stderr, "rill bench stream: out of memory\n");
+        rill_free(h);
+        return 1;
+    }
+    rill_market_tally_t tr, ts, tst;
+    memset(&tr, 0, sizeof tr);
+    memset(&ts, 0, sizeof ts);
+    memset(&tst, 0, sizeof tst);
+    for (int64_t i = 0; i < b->n_qs; i++) {
+        question_t *q = &b->qs[i];
+        const rill_market_question_t *mq = &b->qq[q->kind];
+        for (int m = 0; m < 2; m++) {
+            result_t *r = m == 0 ? &q->rill : &q->stateless;
+            if (m == 1 && !q->sampled) {
+                continue;
+            }
+            r->seen = m == 0 ? chunks_within(b, q->session, r->engine_context) : q->after;
+            r->verdict = RILL_MARKET_UNSCORED;
+            if (ok(r)) {
+                int32_t n = r->n_answer < (int32_t)b->o.answer ? r->n_answer : (int32_t)b->o.answer;
+                r->verdict = verdict(b, q->session, mq, r->seen, r->answer, n, buf, cap);
+            }
+            rill_market_tally_add(m == 0 ? &tr : &ts, mq->kind, r->verdict);
+        }
+    }
+    for (int32_t s = 0; s < (int32_t)b->o.sessions && !b->o.no_standing; s++) {
+        for (int64_t k = 0; k < b->st[s].n_kept; k++) {
+            const sanswer_t *a = &b->st[s].kept[k];
+            rill_market_tally_add(&tst, b->sq.kind,
+                                  verdict(b, s, &b->sq, chunks_within(b, s, a->n_context),
+                                          a->tokens, a->n_tokens, buf, cap));
+        }
+    }
     /* standing answer age at the questions, ingest acknowledgement, feed lateness */
     int64_t mismatch = 0;
     rill_hist_init(h);
@@ -300,6 +472,44 @@ int rill__stream_report(bench_t *b) {
                "were asked (the engine was behind the feed)\n",
                (long long)mismatch);
     }
+    /* accuracy per question kind, beside its latency */
+    printf("\n| question kind | questions | scored | right | rill accuracy | rill TTFT p50 ms | "
+           "(a) scored | (a) accuracy |\n|---|---|---|---|---|---|---|---|\n");
+    for (int k = 0; k < RILL_MARKET_Q_N_KINDS; k++) {
+        if (tr.n[k] == 0) {
+            continue;
+        }
+        rill_hist_init(h);
+        for (int64_t i = 0; i < b->n_qs; i++) {
+            if (b->qq[b->qs[i].kind].kind == (rill_market_qkind_t)k && ok(&b->qs[i].rill)) {
+                record(h, ttft_ns(&b->qs[i].rill));
+            }
+        }
+        char a50[32], acc[32], sacc[32];
+        fmt_ms(a50, sizeof a50, pct(h, 0.5, 1e6));
+        fmt_pct(acc, sizeof acc, tr.right[k], tr.scored[k]);
+        fmt_pct(sacc, sizeof sacc, ts.right[k], ts.scored[k]);
+        printf("| %s | %lld | %lld | %lld | %s | %s | %lld | %s |\n",
+               rill_market_qkind_name((rill_market_qkind_t)k), (long long)tr.n[k],
+               (long long)tr.scored[k], (long long)tr.right[k], acc, a50, (long long)ts.scored[k],
+               sacc);
+    }
+    {
+        char acc[32], sacc[32], stacc[32];
+        fmt_pct(acc, sizeof acc, rill_market_tally_right(&tr), rill_market_tally_scored(&tr));
+        fmt_pct(sacc, sizeof sacc, rill_market_tally_right(&ts), rill_market_tally_scored(&ts));
+        fmt_pct(stacc, sizeof stacc, rill_market_tally_right(&tst), rill_market_tally_scored(&tst));
+        printf("\naccuracy (first line of each answer against the ticks it was computed on): "
+               "rill %s of %lld scored (%lld unscored), stateless (a) %s of %lld",
+               acc, (long long)rill_market_tally_scored(&tr),
+               (long long)(rill_market_tally_n(&tr) - rill_market_tally_scored(&tr)), sacc,
+               (long long)rill_market_tally_scored(&ts));
+        if (!b->o.no_standing) {
+            printf(", standing (%s) %s of %lld answers scored", rill_market_qkind_name(b->sq.kind),
+                   stacc, (long long)rill_market_tally_scored(&tst));
+        }
+        printf("\n");
+    }
 
     int rc = 0;
     if (b->o.json_path != NULL) {
@@ -307,15 +517,18 @@ int rill__stream_report(bench_t *b) {
         if (f == NULL) {
             fprintf(stderr, "rill bench stream: cannot write %s: %s\n", b->o.json_path,
                     strerror(errno));
+            rill_free(buf);
+            rill_free(g_dec.raw);
+            rill_text_clean_destroy(&g_dec.clean);
             rill_free(h);
             return 1;
         }
         for (int64_t i = 0; i < b->n_qs; i++) {
-            write_question(f, b, &b->qs[i], "rill", &b->qs[i].rill);
+            write_question(f, b, &b->qs[i], "rill", &b->qs[i].rill, buf, cap);
         }
         for (int64_t i = 0; i < b->n_qs; i++) {
             if (b->qs[i].sampled) {
-                write_question(f, b, &b->qs[i], "stateless", &b->qs[i].stateless);
+                write_question(f, b, &b->qs[i], "stateless", &b->qs[i].stateless, buf, cap);
             }
         }
         static const char *const rk[] = { "utilization",
@@ -378,9 +591,10 @@ int rill__stream_report(bench_t *b) {
                         backlog[0],
                         backlog[1],
                         steal };
-        write_summary(f, b, "rill", &rs, rv, (int)(sizeof rv / sizeof rv[0]), rk);
+        write_summary(f, b, "rill", &rs, rv, (int)(sizeof rv / sizeof rv[0]), rk, &tr,
+                      b->o.no_standing ? NULL : &tst);
         if (ss.n + ss.failed > 0) {
-            write_summary(f, b, "stateless", &ss, NULL, 0, NULL);
+            write_summary(f, b, "stateless", &ss, NULL, 0, NULL, &ts, NULL);
         }
         if (fclose(f) != 0) {
             fprintf(stderr, "rill bench stream: cannot write %s\n", b->o.json_path);
@@ -390,10 +604,16 @@ int rill__stream_report(bench_t *b) {
     /* STYLE.md rule 27: the machine-readable line on stdout too */
     printf("{\"bench\":\"stream\",\"sessions\":%lld,\"context\":%lld,\"questions\":%lld,"
            "\"failed\":%lld,\"rill_ttft_p50_ms\":%.3f,\"rill_ttft_p99_ms\":%.3f,"
-           "\"utilization\":%.4f}\n",
+           "\"utilization\":%.4f,\"accuracy\":%.4f}\n",
            (long long)b->o.sessions, (long long)b->o.context, (long long)rs.n,
            (long long)(rs.failed + ss.failed), isfinite(rs.p50) ? rs.p50 : -1,
-           isfinite(rs.p99) ? rs.p99 : -1, isfinite(util) ? util : -1);
+           isfinite(rs.p99) ? rs.p99 : -1, isfinite(util) ? util : -1,
+           rill_market_tally_scored(&tr) > 0
+               ? (double)rill_market_tally_right(&tr) / (double)rill_market_tally_scored(&tr)
+               : -1);
+    rill_free(buf);
+    rill_free(g_dec.raw);
+    rill_text_clean_destroy(&g_dec.clean);
     rill_free(h);
     return rc != 0 ? rc : (rs.failed + ss.failed > 0 ? 1 : 0);
 }

@@ -71,6 +71,7 @@ static void on_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t 
     r->backlog = a->backlog;
     r->ttft_compute_ns = a->ttft_compute_ns;
     r->engine_context = a->n_context;
+    r->version = a->version;
     r->done = true;
     b->n_done++;
     pthread_cond_broadcast(&b->cv);
@@ -87,6 +88,13 @@ static void on_standing(void *user, rill_sched_rid_t rid, const rill_sched_answe
     pthread_mutex_lock(&b->mu);
     st->done_ns = a->done_ns > 0 ? a->done_ns : now_ns();
     st->answers++;
+    if (st->n_kept < st->cap_kept) { /* room for one per version: never short */
+        sanswer_t *k = &st->kept[st->n_kept++];
+        k->version = a->version;
+        k->n_context = a->n_context;
+        k->n_tokens = a->n_tokens < (int32_t)b->o.answer ? a->n_tokens : (int32_t)b->o.answer;
+        memcpy(k->tokens, a->tokens, (size_t)k->n_tokens * sizeof *k->tokens);
+    }
     pthread_mutex_unlock(&b->mu);
 }
 

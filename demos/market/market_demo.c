@@ -8,6 +8,17 @@
  * Streams: a seeded synthetic market per session (ingest/rill_market.h: byte-identical on every
  * machine), or a CSV of ticks given with --csv (symbol,ts,price,size,side), replayed at
  * --speed times real time. Ends after --duration seconds and prints a summary table.
+ *
+ * Every answer printed (interactive and pushed) is checked (issue 23): the demo replays rilld's
+ * rate governor, so it knows the lines each batch became; they go into a market truth
+ * (ingest/rill_market_truth.h) with the data version the batch's acknowledgement carried, and
+ * the truth scores each answer's first line at the version the answer saw. rilld's tick ingest
+ * holds back the last line's side until more text comes (text ingest without a flush), and the
+ * truth is told so. The summary prints accuracy per question kind and overall. One limit: an
+ * answer's version is the session's version when its fork was taken, and a fork taken while
+ * later batches were acknowledged but not yet evaluated drops them (scheduler/requests.c), so
+ * while the engine is behind the feed an answer may be scored against a few lines it never saw
+ * (`rill bench stream`, which knows the tokens, scores by the tokens instead).
  */
 #include <inttypes.h>
 #include <math.h>
@@ -20,6 +31,7 @@
 #include "rill_client.h"
 #include "rill_hist.h"
 #include "rill_market.h"
+#include "rill_market_truth.h"
 
 #define MAX_SESSIONS 8
 #define MAX_BATCH    512
@@ -51,6 +63,8 @@ typedef struct sess {
     rill_market_gov_t *gov; /* the server's governor, replayed here: the same lines */
     char *text;             /* everything ingested, for the final re-prefill comparison */
     size_t text_len, text_cap;
+    size_t batch_off;           /* where the text of the batch being sent starts in text */
+    rill_market_truth_t *truth; /* the lines at each acknowledged version (the check) */
 } sess_t;
 
 typedef struct opts {
@@ -228,6 +242,30 @@ static const char *const k_questions[] = {
     "What is the most recent EURUSD quote?",
 };
 
+/* The check of one printed answer to question q (text) at data version v, tallied; on a
+ * terminal also a line under the answer saying right or wrong and what is true. */
+static void check(sess_t *s, const char *q, int64_t v, const char *answer, size_t len,
+                  rill_market_tally_t *tl, bool quiet) {
+    rill_market_question_t mq;
+    if (rill_market_question_parse(q, strlen(q), &mq) != RILL_OK) {
+        memset(&mq, 0, sizeof mq); /* not a question with a known answer: unscored */
+    }
+    rill_market_verdict_t vd = RILL_MARKET_UNSCORED;
+    if (rill_market_truth_score(s->truth, &mq, v, answer, len, &vd) != RILL_OK) {
+        vd = RILL_MARKET_UNSCORED;
+    }
+    rill_market_tally_add(tl, mq.kind, vd);
+    if (!quiet) {
+        char want[512];
+        int64_t n = rill_market_truth_expect(s->truth, &mq, v, want, sizeof want);
+        printf("          %s (true at v%" PRId64 ": %s)\n",
+               vd == RILL_MARKET_RIGHT   ? "right"
+               : vd == RILL_MARKET_WRONG ? "wrong"
+                                         : "unscored",
+               v, n >= 0 ? want : "nothing to know yet");
+    }
+}
+
 /* Quantile q of the TTFTs in ms (0 when none): the nearest-rank sample as core's histogram
  * reports it, within 1/32 above (exact for the max). */
 static double ttft_pct(const rill_hist_t *h, double q) {
@@ -286,7 +324,10 @@ int main(int argc, char **argv) {
         s->t0_ns = s->next.ts_ns;
         rill_market_gov_params_t gp = rill_market_gov_default_params();
         gp.target_lines_per_s = o.tick_rate;
-        if (rill_market_gov_new(&gp, &s->gov) != RILL_OK) {
+        rill_market_truth_params_t tp = rill_market_truth_default_params();
+        tp.hold_tail = true; /* rilld ingests tick text without a flush */
+        if (rill_market_gov_new(&gp, &s->gov) != RILL_OK ||
+            rill_market_truth_new(&tp, &s->truth) != RILL_OK) {
             fprintf(stderr, "market-demo: out of memory\n");
             return 1;
         }
@@ -310,6 +351,8 @@ int main(int argc, char **argv) {
     }
     double t_start = now_s(), next_ask = t_start + o.ask_every;
     int ask_turn = 0;
+    rill_market_tally_t tally; /* every printed answer's verdict, per question kind */
+    memset(&tally, 0, sizeof tally);
     rill_tick_t batch[MAX_BATCH];
     while (!g_stop && now_s() - t_start < o.duration) {
         double elapsed = now_s() - t_start;
@@ -318,6 +361,7 @@ int main(int argc, char **argv) {
             sess_t *s = &ss[i];
             int64_t due = s->t0_ns + (int64_t)(elapsed * o.speed * 1e9);
             int n = 0;
+            s->batch_off = s->text_len;
             while (s->have_next && s->next.ts_ns <= due && n < MAX_BATCH) {
                 batch[n++] = s->next;
                 keep_text(s, &s->next);
@@ -342,6 +386,13 @@ int main(int argc, char **argv) {
                 s->rejected += r.rejected;
                 s->lines += r.lines;
                 s->version = r.version;
+                e = rill_market_truth_feed(s->truth, s->text + s->batch_off,
+                                           s->text_len - s->batch_off, r.version,
+                                           batch[n - 1].ts_ns);
+                if (e != RILL_OK) {
+                    fprintf(stderr, "market-demo: the check lost track of %s: %s\n", s->name,
+                            rill_last_error(e));
+                }
             }
         }
         /* pushed standing answers */
@@ -350,11 +401,13 @@ int main(int argc, char **argv) {
             if (ev.kind != RILL_CLIENT_EVENT_STANDING) {
                 continue;
             }
+            sess_t *from = NULL;
             for (int i = 0; i < o.sessions; i++) {
                 if (strcmp(ss[i].name, ev.session) == 0) {
                     ss[i].pushed++;
                     ss[i].age_sum_ms += ev.age_ms;
                     ss[i].age_max_ms = ev.age_ms > ss[i].age_max_ms ? ev.age_ms : ss[i].age_max_ms;
+                    from = &ss[i];
                 }
             }
             if (!o.quiet) {
@@ -362,6 +415,10 @@ int main(int argc, char **argv) {
                        "%s -> %.*s\n",
                        now_s() - t_start, ev.session, ev.version, ev.data_version, ev.compute_ms,
                        ev.question, (int)(ev.answer_len < 80 ? ev.answer_len : 80), ev.answer);
+            }
+            if (from != NULL) {
+                check(from, ev.question != NULL ? ev.question : "", ev.version, ev.answer,
+                      ev.answer_len, &tally, o.quiet);
             }
         }
         /* an interactive question now and then */
@@ -380,6 +437,7 @@ int main(int argc, char **argv) {
                            now_s() - t_start, s->name, a.ttft_ms, a.context, q,
                            (int)(a.answer_len < 80 ? a.answer_len : 80), a.answer);
                 }
+                check(s, q, a.version, a.answer, a.answer_len, &tally, o.quiet);
             } else if (e != RILL_OK) {
                 fprintf(stderr, "market-demo: ask: %s %s\n", rill_err_name(e),
                         rill_last_error(RILL_OK));
@@ -441,6 +499,38 @@ int main(int argc, char **argv) {
            sv.busy_ms + sv.idle_ms > 0 ? 100 * sv.busy_ms / (sv.busy_ms + sv.idle_ms) : 0,
            sv.tokens_ingest, sv.tokens_prefill, sv.tokens_decode, sv.tokens_standing,
            sv.standing_refreshes);
+    for (int i = 0; i < o.sessions; i++) { /* the check saw the lines rilld wrote */
+        if (rill_market_truth_n_lines(ss[i].truth) != ss[i].lines) {
+            printf("market-demo: the check holds %" PRId64 " lines of %s, rilld wrote %" PRId64
+                   ": its accuracy is not to be trusted\n",
+                   rill_market_truth_n_lines(ss[i].truth), ss[i].name, ss[i].lines);
+        }
+    }
+    /* accuracy of the answers printed above, per question kind */
+    printf("accuracy (each answer's first line against the ticks its data version held):\n");
+    printf("%-18s %7s %7s %7s %9s\n", "question kind", "answers", "scored", "right", "accuracy");
+    for (int k = 0; k < RILL_MARKET_Q_N_KINDS; k++) {
+        if (tally.n[k] == 0) {
+            continue;
+        }
+        char acc[16] = "-";
+        if (tally.scored[k] > 0) {
+            snprintf(acc, sizeof acc, "%.0f%%",
+                     100.0 * (double)tally.right[k] / (double)tally.scored[k]);
+        }
+        printf("%-18s %7" PRId64 " %7" PRId64 " %7" PRId64 " %9s\n",
+               rill_market_qkind_name((rill_market_qkind_t)k), tally.n[k], tally.scored[k],
+               tally.right[k], acc);
+    }
+    {
+        int64_t sc = rill_market_tally_scored(&tally), ri = rill_market_tally_right(&tally);
+        char acc[16] = "-";
+        if (sc > 0) {
+            snprintf(acc, sizeof acc, "%.0f%%", 100.0 * (double)ri / (double)sc);
+        }
+        printf("%-18s %7" PRId64 " %7" PRId64 " %7" PRId64 " %9s\n", "overall",
+               rill_market_tally_n(&tally), sc, ri, acc);
+    }
     if (reprefill_ms > 0 && session_ttft > 0) {
         printf("a question on %s (%" PRId64 " tokens of context): %.1f ms to the first token; "
                "re-prefilling the same data for it (what a stateless server does): %.0f ms "
@@ -450,6 +540,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < o.sessions; i++) {
         rill_market_synth_destroy(&ss[i].synth);
         rill_market_gov_destroy(&ss[i].gov);
+        rill_market_truth_destroy(&ss[i].truth);
         free(ss[i].text);
     }
     free(csv.ticks);
