@@ -43,10 +43,9 @@
  * (ingest/rill_market_truth.h) as chunk c at version c + 1; a question's answer, decoded to text,
  * is scored against the truth at the chunks it was computed on, and so is every standing
  * answer. Rill mode: the whole chunks within the tokens resident when it was answered
- * (rill_sched_answer_t.n_context), not its version: a question taken while later chunks were
- * acknowledged but not yet evaluated runs on a fork that drops them, yet carries the session's
- * version with them counted (scheduler/requests.c), so the version can run ahead of what the
- * answer saw when the engine is behind the feed. Stateless: the chunks of its request.
+ * (rill_sched_answer_t.n_context): exact to the token, where the version (the newest input
+ * wholly in its context, scheduler/requests.c) leaves out a chunk evaluated in part. Stateless:
+ * the chunks of its request.
  *
  * Files, one job each: stream_main.c (options, the KV pool, the entry point), stream_build.c
  * (the stream, built before the run, and its export), stream_run.c (the feeders and the two

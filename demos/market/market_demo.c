@@ -14,11 +14,11 @@
  * (ingest/rill_market_truth.h) with the data version the batch's acknowledgement carried, and
  * the truth scores each answer's first line at the version the answer saw. rilld's tick ingest
  * holds back the last line's side until more text comes (text ingest without a flush), and the
- * truth is told so. The summary prints accuracy per question kind and overall. One limit: an
- * answer's version is the session's version when its fork was taken, and a fork taken while
- * later batches were acknowledged but not yet evaluated drops them (scheduler/requests.c), so
- * while the engine is behind the feed an answer may be scored against a few lines it never saw
- * (`rill bench stream`, which knows the tokens, scores by the tokens instead).
+ * truth is told so. The summary prints accuracy per question kind and overall. An answer's
+ * version is the newest one wholly in its context (scheduler/requests.c: a fork taken while
+ * later batches were still queued drops them, and its version does not count them), so the
+ * version is what it saw; a batch evaluated in part when the question forked is not counted,
+ * though its first lines were in the context.
  */
 #include <inttypes.h>
 #include <math.h>
