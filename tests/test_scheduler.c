@@ -673,6 +673,36 @@ static void gate_on_done(void *user, rill_sched_rid_t rid, const rill_sched_answ
     on_done(&((gate_t *)user)->o, rid, a);
 }
 
+static void gate_init(gate_t *g) {
+    *g = (gate_t){ .entered = false, .open = false };
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, NULL);
+    outcome_init(&g->o);
+}
+
+/* Returns once the engine thread is held in the gate. */
+static void gate_wait_entered(gate_t *g) {
+    pthread_mutex_lock(&g->mu);
+    while (!g->entered) {
+        pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+/* Lets the engine thread go on. */
+static void gate_release(gate_t *g) {
+    pthread_mutex_lock(&g->mu);
+    g->open = true;
+    pthread_cond_broadcast(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void gate_deinit(gate_t *g) {
+    outcome_deinit(&g->o);
+    pthread_mutex_destroy(&g->mu);
+    pthread_cond_destroy(&g->cv);
+}
+
 /* An answer's version is the data it saw: a question whose data was evaluated while later input
  * was still queued forks without that input (rolled back from the fork), so its version is the
  * newest one wholly evaluated, not the session's version at the fork. */
@@ -686,10 +716,8 @@ START_TEST(answer_version_is_what_it_saw) {
     random_tokens(db, B, g.V);
     random_tokens(qa, 6, g.V);
     random_tokens(qb, 6, g.V);
-    gate_t gt = { .entered = false, .open = false };
-    pthread_mutex_init(&gt.mu, NULL);
-    pthread_cond_init(&gt.cv, NULL);
-    outcome_init(&gt.o);
+    gate_t gt;
+    gate_init(&gt);
     rill_sched_ask_t a = { .question = qa,
                            .n_question = 6,
                            .n_max = 1,
@@ -698,21 +726,14 @@ START_TEST(answer_version_is_what_it_saw) {
                            .user = &gt };
     rill_sched_rid_t rid;
     ck_assert_int_eq(rill_sched_ask(g.sch, s1, &a, &rid), RILL_OK);
-    pthread_mutex_lock(&gt.mu);
-    while (!gt.entered) { /* the engine is held: what follows is queued together */
-        pthread_cond_wait(&gt.cv, &gt.mu);
-    }
-    pthread_mutex_unlock(&gt.mu);
+    gate_wait_entered(&gt); /* the engine is held: what follows is queued together */
     ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, da, A, NULL, NULL), RILL_OK); /* v1 */
     outcome_t ob;
     outcome_init(&ob);
     rill_sched_ask_t b = ask_of(qb, 6, 1, &ob);
     ck_assert_int_eq(rill_sched_ask(g.sch, s2, &b, &rid), RILL_OK); /* waits for v1 only */
     ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, db, B, NULL, NULL), RILL_OK); /* v2 */
-    pthread_mutex_lock(&gt.mu);
-    gt.open = true;
-    pthread_cond_broadcast(&gt.cv);
-    pthread_mutex_unlock(&gt.mu);
+    gate_release(&gt);
     wait_done(&gt.o, 1);
     wait_done(&ob, 1);
     ck_assert_int_eq(ob.a.status, RILL_OK);
@@ -724,9 +745,7 @@ START_TEST(answer_version_is_what_it_saw) {
     ck_assert_int_eq(rill_sched_session_info(g.sch, s2, &info), RILL_OK);
     ck_assert_int_eq(info.version, 2);
     outcome_deinit(&ob);
-    outcome_deinit(&gt.o);
-    pthread_mutex_destroy(&gt.mu);
-    pthread_cond_destroy(&gt.cv);
+    gate_deinit(&gt);
     rig_close(&g);
 }
 END_TEST
@@ -746,10 +765,8 @@ START_TEST(answers_account_for_their_first_token_time) {
     random_tokens(qb, 6, g.V);
     ck_assert_int_eq(rill_sched_ingest(g.sch, s1, data, 10), RILL_OK);
     idle(&g);
-    gate_t gt = { .entered = false, .open = false };
-    pthread_mutex_init(&gt.mu, NULL);
-    pthread_cond_init(&gt.cv, NULL);
-    outcome_init(&gt.o);
+    gate_t gt;
+    gate_init(&gt);
     rill_sched_ask_t a = { .question = qa,
                            .n_question = 6,
                            .n_max = 1,
@@ -758,21 +775,14 @@ START_TEST(answers_account_for_their_first_token_time) {
                            .user = &gt };
     rill_sched_rid_t rid;
     ck_assert_int_eq(rill_sched_ask(g.sch, s1, &a, &rid), RILL_OK);
-    pthread_mutex_lock(&gt.mu);
-    while (!gt.entered) { /* the engine is now held inside a step without s2's work */
-        pthread_cond_wait(&gt.cv, &gt.mu);
-    }
-    pthread_mutex_unlock(&gt.mu);
+    gate_wait_entered(&gt); /* the engine is now held inside a step without s2's work */
     ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, data, BACKLOG, NULL, NULL), RILL_OK);
     outcome_t ob;
     outcome_init(&ob);
     rill_sched_ask_t b = ask_of(qb, 6, 1, &ob);
     ck_assert_int_eq(rill_sched_ask(g.sch, s2, &b, &rid), RILL_OK);
     usleep(HOLD_MS * 1000);
-    pthread_mutex_lock(&gt.mu);
-    gt.open = true;
-    pthread_cond_broadcast(&gt.cv);
-    pthread_mutex_unlock(&gt.mu);
+    gate_release(&gt);
     wait_done(&gt.o, 1);
     wait_done(&ob, 1);
     ck_assert_int_eq(gt.o.a.status, RILL_OK);
@@ -792,9 +802,7 @@ START_TEST(answers_account_for_their_first_token_time) {
                   "ttft %lld ns, of which %lld counted as its own: the held step was counted",
                   (long long)ob.a.ttft_ns, (long long)ob.a.ttft_compute_ns);
     outcome_deinit(&ob);
-    outcome_deinit(&gt.o);
-    pthread_mutex_destroy(&gt.mu);
-    pthread_cond_destroy(&gt.cv);
+    gate_deinit(&gt);
     rig_close(&g);
 }
 END_TEST
@@ -2108,10 +2116,8 @@ START_TEST(shortening_replace_answers_on_the_replaced_stream) {
     ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, t1, strlen(t1), false, &v), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sg, data, 10), RILL_OK);
     idle(&g);
-    gate_t gt = { .entered = false, .open = false };
-    pthread_mutex_init(&gt.mu, NULL);
-    pthread_cond_init(&gt.cv, NULL);
-    outcome_init(&gt.o);
+    gate_t gt;
+    gate_init(&gt);
     rill_sched_ask_t ag = { .question = qg,
                             .n_question = 4,
                             .n_max = 1,
@@ -2120,11 +2126,7 @@ START_TEST(shortening_replace_answers_on_the_replaced_stream) {
                             .user = &gt };
     rill_sched_rid_t rid;
     ck_assert_int_eq(rill_sched_ask(g.sch, sg, &ag, &rid), RILL_OK);
-    pthread_mutex_lock(&gt.mu);
-    while (!gt.entered) {
-        pthread_cond_wait(&gt.cv, &gt.mu);
-    }
-    pthread_mutex_unlock(&gt.mu);
+    gate_wait_entered(&gt);
     outcome_t o;
     outcome_init(&o);
     vacks_t k = { .o = &o };
@@ -2135,10 +2137,7 @@ START_TEST(shortening_replace_answers_on_the_replaced_stream) {
     ck_assert_int_eq(
         rill_sched_ingest_replace_async(g.sch, sid, 2, t3, strlen(t3), on_replace_vack, &k),
         RILL_OK);
-    pthread_mutex_lock(&gt.mu);
-    gt.open = true;
-    pthread_cond_broadcast(&gt.cv);
-    pthread_mutex_unlock(&gt.mu);
+    gate_release(&gt);
     ck_assert_msg(wait_done_for(&o, 1, 20),
                   "the question still waits for tokens the replace took back");
     ck_assert_int_eq(o.a.status, RILL_OK);
@@ -2164,9 +2163,7 @@ START_TEST(shortening_replace_answers_on_the_replaced_stream) {
     rill_session_destroy(&ref);
     pthread_mutex_destroy(&k.mu);
     outcome_deinit(&o);
-    outcome_deinit(&gt.o);
-    pthread_mutex_destroy(&gt.mu);
-    pthread_cond_destroy(&gt.cv);
+    gate_deinit(&gt);
     rig_close(&g);
 }
 END_TEST
@@ -2192,12 +2189,10 @@ START_TEST(requests_on_forks_across_a_replace) {
     ck_assert_int_eq(rill_sched_ingest(g.sch, sid, d + 40, 30), RILL_OK);
     ck_assert_int_eq(rill_sched_ingest(g.sch, sg, d, 5), RILL_OK);
     idle(&g);
-    gate_t g1 = { .entered = false, .open = false }, g2 = { .entered = false, .open = false };
+    gate_t g1, g2;
     gate_t *gates[2] = { &g1, &g2 };
     for (int i = 0; i < 2; i++) {
-        pthread_mutex_init(&gates[i]->mu, NULL);
-        pthread_cond_init(&gates[i]->cv, NULL);
-        outcome_init(&gates[i]->o);
+        gate_init(gates[i]);
     }
     rill_sched_ask_t ag = { .question = qg,
                             .n_question = 3,
@@ -2207,11 +2202,7 @@ START_TEST(requests_on_forks_across_a_replace) {
                             .user = &g1 };
     rill_sched_rid_t rid, spec;
     ck_assert_int_eq(rill_sched_ask(g.sch, sg, &ag, &rid), RILL_OK);
-    pthread_mutex_lock(&g1.mu);
-    while (!g1.entered) {
-        pthread_cond_wait(&g1.cv, &g1.mu);
-    }
-    pthread_mutex_unlock(&g1.mu);
+    gate_wait_entered(&g1);
     outcome_t ot, os, o2;
     outcome_init(&ot);
     outcome_init(&os);
@@ -2227,15 +2218,8 @@ START_TEST(requests_on_forks_across_a_replace) {
                             .on_done = gate_on_done,
                             .user = &g2 };
     ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a1, &rid), RILL_OK);
-    pthread_mutex_lock(&g1.mu);
-    g1.open = true;
-    pthread_cond_broadcast(&g1.cv);
-    pthread_mutex_unlock(&g1.mu);
-    pthread_mutex_lock(&g2.mu);
-    while (!g2.entered) { /* the question, the turn and the speculation are on forks */
-        pthread_cond_wait(&g2.cv, &g2.mu);
-    }
-    pthread_mutex_unlock(&g2.mu);
+    gate_release(&g1);
+    gate_wait_entered(&g2); /* the question, the turn and the speculation are on forks */
     vacks_t k = { .o = NULL };
     pthread_mutex_init(&k.mu, NULL);
     ck_assert_int_eq(rill_sched_ingest_replace_async(g.sch, sid, 2, NULL, 0, on_replace_vack, &k),
@@ -2243,10 +2227,7 @@ START_TEST(requests_on_forks_across_a_replace) {
     rill_sched_ask_t a2 = ask_of(q2, 5, 5, &o2);
     ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a2, &rid), RILL_OK);
     ck_assert_int_eq(rill_sched_spec_commit(g.sch, spec, in, 6), RILL_OK);
-    pthread_mutex_lock(&g2.mu);
-    g2.open = true;
-    pthread_cond_broadcast(&g2.cv);
-    pthread_mutex_unlock(&g2.mu);
+    gate_release(&g2);
     wait_done(&g2.o, 1);
     wait_done(&ot, 1);
     wait_done(&os, 1);
@@ -2293,9 +2274,7 @@ START_TEST(requests_on_forks_across_a_replace) {
     pthread_mutex_unlock(&k.mu);
     pthread_mutex_destroy(&k.mu);
     for (int i = 0; i < 2; i++) {
-        outcome_deinit(&gates[i]->o);
-        pthread_mutex_destroy(&gates[i]->mu);
-        pthread_cond_destroy(&gates[i]->cv);
+        gate_deinit(gates[i]);
     }
     outcome_deinit(&ot);
     outcome_deinit(&os);
@@ -2600,10 +2579,8 @@ START_TEST(sampled_answers_match_a_direct_sampler) {
     /* request i: session, question, sampling */
     const int req_sess[4] = { 0, 1, 2, 2 };
     const rill_sampler_params_t *req_p[4] = { &pt, &pall, NULL, &pt };
-    gate_t gt = { .entered = false, .open = false };
-    pthread_mutex_init(&gt.mu, NULL);
-    pthread_cond_init(&gt.cv, NULL);
-    outcome_init(&gt.o);
+    gate_t gt;
+    gate_init(&gt);
     rill_sched_ask_t ga = { .question = gate_q,
                             .n_question = NQ,
                             .n_max = 1,
@@ -2612,11 +2589,7 @@ START_TEST(sampled_answers_match_a_direct_sampler) {
                             .user = &gt };
     rill_sched_rid_t rid;
     ck_assert_int_eq(rill_sched_ask(g.sch, sid[0], &ga, &rid), RILL_OK);
-    pthread_mutex_lock(&gt.mu);
-    while (!gt.entered) {
-        pthread_cond_wait(&gt.cv, &gt.mu);
-    }
-    pthread_mutex_unlock(&gt.mu);
+    gate_wait_entered(&gt);
     outcome_t o[4];
     for (int i = 0; i < 4; i++) {
         outcome_init(&o[i]);
@@ -2625,10 +2598,7 @@ START_TEST(sampled_answers_match_a_direct_sampler) {
         ck_assert_int_eq(rill_sched_ask(g.sch, sid[req_sess[i]], &a, &rid), RILL_OK);
     }
     rill_sched_stats_t st0, st1;
-    pthread_mutex_lock(&gt.mu);
-    gt.open = true;
-    pthread_cond_broadcast(&gt.cv);
-    pthread_mutex_unlock(&gt.mu);
+    gate_release(&gt);
     wait_done(&gt.o, 1);
     rill_sched_stats(g.sch, &st0); /* taken between steps, with the four submitted */
     for (int i = 0; i < 4; i++) {
@@ -2659,9 +2629,7 @@ START_TEST(sampled_answers_match_a_direct_sampler) {
     for (int i = 0; i < 4; i++) {
         outcome_deinit(&o[i]);
     }
-    outcome_deinit(&gt.o);
-    pthread_mutex_destroy(&gt.mu);
-    pthread_cond_destroy(&gt.cv);
+    gate_deinit(&gt);
     rig_close(&g);
 }
 END_TEST
