@@ -274,10 +274,7 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     sp.session.n_prompt = (int32_t)n_prompt;
     sp.log_path = logp;
     sp.fsync = s->p.fsync;
-    rill_err_t err = rill_sched_session_create(s->sch, &sp, &x->sid);
-    if (err == RILL_EFULL && srv_complete_release_idle(s) > 0) {
-        err = rill_sched_session_create(s->sch, &sp, &x->sid); /* completions' idle pages */
-    }
+    rill_err_t err = srv_session_create(s, &sp, &x->sid);
     rill_free(prompt);
     if (err != RILL_OK) {
         snprintf(msg, sizeof msg, "%s", rill_last_error(err));

@@ -44,7 +44,8 @@ static void tmpl_close(srv_t *s, srv_tmpl_t *t) {
     rill_free(t);
 }
 
-int srv_complete_release_idle(srv_t *s) {
+/* Closes the shared prompts no completion runs on; returns how many. */
+static int release_idle(srv_t *s) {
     int n = 0;
     for (srv_tmpl_t *o = s->tmpls, *next; o != NULL; o = next) {
         next = o->next;
@@ -54,6 +55,15 @@ int srv_complete_release_idle(srv_t *s) {
         }
     }
     return n;
+}
+
+rill_err_t srv_session_create(srv_t *s, const rill_sched_session_params_t *sp,
+                              rill_sched_sid_t *sid) {
+    rill_err_t err = rill_sched_session_create(s->sch, sp, sid);
+    if (err == RILL_EFULL && release_idle(s) > 0) {
+        err = rill_sched_session_create(s->sch, sp, sid); /* once more, with their pages */
+    }
+    return err;
 }
 
 void srv_complete_stop(srv_t *s) {
@@ -120,10 +130,7 @@ static srv_tmpl_t *tmpl_get(srv_t *s, int32_t model, const char *system, size_t 
     sp.session.n_sink = s->p.default_window > 0 ? s->p.default_sinks : 0;
     sp.session.prompt = ids;
     sp.session.n_prompt = (int32_t)k;
-    *err = rill_sched_session_create(s->sch, &sp, &t->sid);
-    if (*err == RILL_EFULL && srv_complete_release_idle(s) > 0) {
-        *err = rill_sched_session_create(s->sch, &sp, &t->sid); /* once more */
-    }
+    *err = srv_session_create(s, &sp, &t->sid);
     rill_free(ids);
     if (*err != RILL_OK) {
         rill_free(copy);

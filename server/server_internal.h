@@ -336,9 +336,11 @@ void srv_complete_token(srv_t *s, pend_t *p, int32_t token);
 void srv_complete_done(srv_t *s, pend_t *p, srv_done_t *e);
 /* Closes every shared prompt (shutdown, before the scheduler stops). */
 void srv_complete_stop(srv_t *s);
-/* Closes the shared prompts no completion runs on, giving their KV reservations back (a
- * creation that found the budget full tries again after it). Returns how many. */
-int srv_complete_release_idle(srv_t *s);
+/* rill_sched_session_create for the server (clients' sessions and shared prompts alike): when
+ * the KV budget is full it closes the shared prompts no completion runs on, giving their
+ * reservations back, and tries once more. */
+rill_err_t srv_session_create(srv_t *s, const rill_sched_session_params_t *sp,
+                              rill_sched_sid_t *sid);
 
 /* ---- events.c ------------------------------------------------------------------------------ */
 
