@@ -636,11 +636,11 @@ static void on_piece(void *user, const char *piece, size_t len) {
 }
 
 static int ask_run(rill_client_t *c, const char *name, const char *question, int64_t max_tokens,
-                   bool stream) {
+                   bool evaluated, bool stream) {
     stream_out_t s = { 0 };
     rill_client_answer_t a;
-    rill_err_t e =
-        rill_client_ask(c, name, question, (int32_t)max_tokens, stream ? on_piece : NULL, &s, &a);
+    rill_client_ask_opts_t o = { .max_tokens = (int32_t)max_tokens, .evaluated = evaluated };
+    rill_err_t e = rill_client_ask_with(c, name, question, &o, stream ? on_piece : NULL, &s, &a);
     if (e != RILL_OK) {
         if (s.len > 0) {
             printf("\n");
@@ -657,9 +657,9 @@ static int ask_run(rill_client_t *c, const char *name, const char *question, int
     printf("\n");
     fflush(stdout);
     free(s.text);
-    fprintf(stderr, "ttft %.1f ms, total %.1f ms, %lld tokens, context %lld, version %lld%s",
+    fprintf(stderr, "ttft %.1f ms, total %.1f ms, %lld tokens, context %lld, version %lld%s%s",
             a.ttft_ms, a.total_ms, (long long)a.tokens, (long long)a.context, (long long)a.version,
-            a.cached ? ", cached" : "");
+            a.cached ? ", cached" : "", a.evaluated ? ", on evaluated data" : "");
     if (a.backlog >= 0 && !isnan(a.ttft_compute_ms)) { /* a server that says */
         fprintf(stderr, "; ttft: waited for %lld tokens of backlog, own steps %.1f ms",
                 (long long)a.backlog, a.ttft_compute_ms);
@@ -672,12 +672,17 @@ int cmd_ask(int argc, char **argv) {
     conn_t k = conn_defaults();
     int64_t max_tokens = 0;
     bool no_stream = false;
+    const char *consistency = NULL;
     const char *pos[2];
     int n_pos = 0;
     const cli_opt_t opts[] = {
         { "max-tokens", "-n", CLI_INT, &max_tokens,
           "most tokens of the answer (0: the server's default, 48)", 0, 1024 },
         { "no-stream", NULL, CLI_FLAG, &no_stream, "print the answer when it is complete", 1, 0 },
+        { "consistency", NULL, CLI_STRING, &consistency,
+          "acknowledged (default: wait for every input acknowledged before the question) or "
+          "evaluated (answer at once on what the engine has evaluated)",
+          1, 0 },
         CONN_OPTS(k),
         CLI_END,
     };
@@ -689,11 +694,21 @@ int cmd_ask(int argc, char **argv) {
     if (rc >= 0) {
         return rc;
     }
+    bool evaluated = false;
+    if (consistency != NULL) {
+        if (strcmp(consistency, "evaluated") != 0 && strcmp(consistency, "acknowledged") != 0) {
+            fprintf(stderr,
+                    "rill ask: --consistency: '%s' is neither 'acknowledged' nor 'evaluated'\n",
+                    consistency);
+            return 2;
+        }
+        evaluated = strcmp(consistency, "evaluated") == 0;
+    }
     rill_client_t *c = open_client("rill ask", &k, &rc);
     if (c == NULL) {
         return rc;
     }
-    rc = ask_run(c, pos[0], pos[1], max_tokens, !no_stream);
+    rc = ask_run(c, pos[0], pos[1], max_tokens, evaluated, !no_stream);
     rill_client_destroy(&c);
     return rc;
 }

@@ -347,9 +347,9 @@ rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *sessio
     return send_ticks(c, session, batch, len, out);
 }
 
-/* session + question + max_tokens */
+/* session + question + max_tokens (+ consistency when evaluated) */
 static rill_err_t question_args(rill_client_t *c, const char *session, const char *question,
-                                int32_t max_tokens) {
+                                int32_t max_tokens, bool evaluated) {
     rill__client_begin(c);
     if (!rill__client_name_ok(c, session) || !str_arg_ok(c, question, "question")) {
         return RILL_EINVAL;
@@ -358,11 +358,14 @@ static rill_err_t question_args(rill_client_t *c, const char *session, const cha
         return rill__client_fail(c, RILL_EINVAL, "max_tokens: 1..1024, or 0 for the default");
     }
     msgpack_packer pk;
-    rill__client_args(c, &pk, max_tokens > 0 ? 3 : 2);
+    rill__client_args(c, &pk, 2 + (max_tokens > 0) + evaluated);
     pack_kv_str(&pk, "session", session);
     pack_kv_str(&pk, "question", question);
     if (max_tokens > 0) {
         pack_kv_u64(&pk, "max_tokens", (uint64_t)max_tokens);
+    }
+    if (evaluated) {
+        pack_kv_str(&pk, "consistency", "evaluated");
     }
     return RILL_OK;
 }
@@ -370,10 +373,17 @@ static rill_err_t question_args(rill_client_t *c, const char *session, const cha
 rill_err_t rill_client_ask(rill_client_t *c, const char *session, const char *question,
                            int32_t max_tokens, rill_client_token_fn on_token, void *user,
                            rill_client_answer_t *out) {
-    if (c == NULL) {
+    rill_client_ask_opts_t o = { .max_tokens = max_tokens };
+    return rill_client_ask_with(c, session, question, &o, on_token, user, out);
+}
+
+rill_err_t rill_client_ask_with(rill_client_t *c, const char *session, const char *question,
+                                const rill_client_ask_opts_t *opts, rill_client_token_fn on_token,
+                                void *user, rill_client_answer_t *out) {
+    if (c == NULL || opts == NULL) {
         return RILL_EINVAL;
     }
-    rill_err_t st = question_args(c, session, question, max_tokens);
+    rill_err_t st = question_args(c, session, question, opts->max_tokens, opts->evaluated);
     if (st != RILL_OK) {
         return st;
     }
@@ -395,12 +405,20 @@ rill_err_t rill_client_ask(rill_client_t *c, const char *session, const char *qu
         rill__client_f64(rill__client_get(r, "total_ms"), &a.total_ms) &&
         rill__client_ttft_parts(r, &a.backlog, &a.ttft_compute_ms);
     const msgpack_object *cached = rill__client_get(r, "cached");
-    if (!ok || (cached != NULL && cached->type != MSGPACK_OBJECT_BOOLEAN)) {
+    const msgpack_object *cons = rill__client_get(r, "consistency");
+    const char *cs = NULL;
+    size_t cn = 0;
+    bool cons_ok =
+        cons == NULL || (rill__client_str(&c->rzone, cons, &cs, &cn) &&
+                         (strcmp(cs, "evaluated") == 0 || strcmp(cs, "acknowledged") == 0));
+    if (!ok || (cached != NULL && cached->type != MSGPACK_OBJECT_BOOLEAN) || !cons_ok) {
         return bad_result(c, "ask",
                           "answer, tokens, version, context, ttft_ms and total_ms are "
-                          "required (backlog and ttft_compute_ms, when there, numbers)");
+                          "required (backlog and ttft_compute_ms, when there, numbers; "
+                          "consistency \"acknowledged\" or \"evaluated\")");
     }
     a.cached = cached != NULL && cached->via.boolean;
+    a.evaluated = cs != NULL && strcmp(cs, "evaluated") == 0;
     if (out != NULL) {
         *out = a;
     }
@@ -412,7 +430,7 @@ rill_err_t rill_client_standing_register(rill_client_t *c, const char *session,
     if (c == NULL) {
         return RILL_EINVAL;
     }
-    rill_err_t st = question_args(c, session, question, max_tokens);
+    rill_err_t st = question_args(c, session, question, max_tokens, false);
     st = st == RILL_OK ? rill__client_call(c, "standing.register", true, NULL) : st;
     if (st != RILL_OK) {
         return st;

@@ -214,6 +214,7 @@ typedef struct rill_client_answer {
     /* what ttft_ms was made of (rill_sched_answer_t); -1 and NAN from a server without them */
     int64_t backlog;        /* session tokens not yet evaluated when asked, waited for */
     double ttft_compute_ms; /* engine time of its own steps (the backlog's and the question's) */
+    bool evaluated;         /* answered with consistency "evaluated" (see rill_client_ask_with) */
 } rill_client_answer_t;
 
 /* ask: asks question on the session and waits for the whole answer. max_tokens: 1..1024, or 0
@@ -228,6 +229,21 @@ typedef struct rill_client_answer {
 rill_err_t rill_client_ask(rill_client_t *c, const char *session, const char *question,
                            int32_t max_tokens, rill_client_token_fn on_token, void *user,
                            rill_client_answer_t *out);
+
+/* Options of rill_client_ask_with. */
+typedef struct rill_client_ask_opts {
+    int32_t max_tokens; /* 1..1024, or 0 for the server's default (48) */
+    bool evaluated;     /* consistency "evaluated": answer at once on what the engine has
+                           evaluated, not waiting for data acknowledged but still queued (the
+                           answer's version and backlog say what it saw); false: "acknowledged",
+                           every input acknowledged before the question (the default) */
+} rill_client_ask_opts_t;
+
+/* ask with options; rill_client_ask(c, s, q, n, ...) is this with { .max_tokens = n }. Errors:
+ * RILL_EINVAL (opts NULL), and those of rill_client_ask. */
+rill_err_t rill_client_ask_with(rill_client_t *c, const char *session, const char *question,
+                                const rill_client_ask_opts_t *opts, rill_client_token_fn on_token,
+                                void *user, rill_client_answer_t *out);
 
 /* standing.register: the server re-answers question after data updates and publishes each
  * answer as a "<session>/standing" event. max_tokens as for rill_client_ask. *qid (optional)

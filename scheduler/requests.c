@@ -256,8 +256,17 @@ static rill_err_t new_req(rill_sched_t *sch, cmd_t *c, req_kind_t kind, req_t **
     r->submit_ns = c->submit_ns;
     r->phase = PH_WAIT;
     r->stale = true;
-    r->target = rill__sched_acknowledged(x);
-    r->backlog = rill_session_pending(x->s);
+    if (q->consistency == RILL_SCHED_EVALUATED) {
+        /* what is evaluated now: ready at once, so the session's data is not boosted beyond
+         * this step's start of forks (n_waiting drops there) */
+        rill_session_stats_t st;
+        rill_session_stats(x->s, &st);
+        r->target = st.n_seen;
+        r->backlog = 0;
+    } else {
+        r->target = rill__sched_acknowledged(x);
+        r->backlog = rill_session_pending(x->s);
+    }
     x->n_waiting++;
     r->next = sch->reqs;
     sch->reqs = r;

@@ -71,7 +71,12 @@
  * PREFILL class meanwhile), then runs on a fork at that point; data acknowledged after the
  * question is not waited for (the fork drops it). The session itself is never changed by a
  * question. Held-back text (the unstable tail of text input, see rill_session_append_text) is
- * not part of it until flushed.
+ * not part of it until flushed. A question asked with RILL_SCHED_EVALUATED consistency waits
+ * for nothing: it runs on a fork of what the engine has evaluated when it takes the question
+ * (queued data keeps its class and is not part of it), its answer.version is the newest
+ * version wholly in that context and its answer.backlog is 0, so a caller trades freshness for
+ * a time to first token that does not include other data's prefill. A standing query's fresh
+ * cache serves it as it serves any question (the cache is used only when nothing is queued).
  *
  * Standing queries. After a session's version changes, each of its standing queries is marked
  * stale; when a step has budget left after the higher classes, the engine starts a refresh on
@@ -379,6 +384,18 @@ typedef struct rill_sched_answer {
 typedef void (*rill_sched_token_fn)(void *user, rill_sched_rid_t rid, int32_t token);
 typedef void (*rill_sched_done_fn)(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a);
 
+/* What a question waits for (rill_sched_ask_t.consistency; see "Questions see ..."). */
+typedef enum rill_sched_consistency {
+    RILL_SCHED_ACKNOWLEDGED = 0, /* every input acknowledged before the question (default) */
+    RILL_SCHED_EVALUATED = 1     /* what the engine has evaluated when it takes the question:
+                                    answers at once; its version says what it saw */
+} rill_sched_consistency_t;
+
+/* Name of a consistency ("acknowledged", "evaluated"), NULL out of range; and its inverse
+ * (RILL_EINVAL for an unknown name). */
+const char *rill_sched_consistency_name(rill_sched_consistency_t c);
+rill_err_t rill_sched_consistency_parse(const char *name, rill_sched_consistency_t *out);
+
 typedef struct rill_sched_ask {
     const int32_t *question;      /* copied by the call */
     int32_t n_question;           /* >= 1 */
@@ -390,11 +407,14 @@ typedef struct rill_sched_ask {
     void *user;
     const rill_sampler_params_t *sampling; /* optional; NULL or temp <= 0: greedy (see
                                               "Decoding"); copied by the call */
+    rill_sched_consistency_t consistency;  /* questions only (rill_sched_ask): others take
+                                              RILL_SCHED_ACKNOWLEDGED, the default */
 } rill_sched_ask_t;
 
 /* Asks a question on a session (it is not changed). Returns at once with *rid; the answer
  * streams through on_token and ends with on_done. Errors: RILL_EINVAL (also for sampling that
- * rill_sampler_params_valid() refuses; nothing is queued), RILL_ENOMEM; through on_done:
+ * rill_sampler_params_valid() refuses, or a consistency out of range; nothing is queued),
+ * RILL_ENOMEM; through on_done:
  * RILL_ENOTFOUND (no such session, checked by the engine), RILL_ENOMEM (the request or its
  * sampler could not be allocated when the engine took it; no token was decoded). */
 rill_err_t rill_sched_ask(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,
@@ -402,7 +422,9 @@ rill_err_t rill_sched_ask(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sc
 
 /* A conversational turn: feeds input (logged) and decodes a reply that becomes part of the
  * session (answer.adopted; not when other input reached the session meanwhile). As
- * rill_sched_ask() otherwise; q->question is the input. */
+ * rill_sched_ask() otherwise; q->question is the input. A turn follows every input before it:
+ * q->consistency other than RILL_SCHED_ACKNOWLEDGED is RILL_EINVAL (so for standing queries,
+ * whose refreshes start on evaluated data anyway, and speculation). */
 rill_err_t rill_sched_turn(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,
                            rill_sched_rid_t *rid);
 

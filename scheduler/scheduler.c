@@ -569,6 +569,10 @@ static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t si
     if (q->sampling != NULL && !rill_sampler_params_valid(q->sampling)) {
         return RILL_EINVAL;
     }
+    if (q->consistency != RILL_SCHED_ACKNOWLEDGED &&
+        (kind != CMD_ASK || q->consistency != RILL_SCHED_EVALUATED)) {
+        return RILL_EINVAL; /* out of range, or a request that must follow every input */
+    }
     bool sampled = q->sampling != NULL && q->sampling->temp > 0;
     if (sampled && kind == CMD_STANDING) {
         return RILL_EINVAL; /* standing answers are cached for every asker: greedy only */
@@ -596,6 +600,29 @@ static rill_err_t submit(rill_sched_t *sch, cmd_kind_t kind, rill_sched_sid_t si
         *rid = id;
     }
     return err;
+}
+
+const char *rill_sched_consistency_name(rill_sched_consistency_t c) {
+    switch (c) {
+    case RILL_SCHED_ACKNOWLEDGED:
+        return "acknowledged";
+    case RILL_SCHED_EVALUATED:
+        return "evaluated";
+    }
+    return NULL;
+}
+
+rill_err_t rill_sched_consistency_parse(const char *name, rill_sched_consistency_t *out) {
+    if (name == NULL || out == NULL) {
+        return RILL_EINVAL;
+    }
+    for (int c = RILL_SCHED_ACKNOWLEDGED; c <= RILL_SCHED_EVALUATED; c++) {
+        if (strcmp(name, rill_sched_consistency_name((rill_sched_consistency_t)c)) == 0) {
+            *out = (rill_sched_consistency_t)c;
+            return RILL_OK;
+        }
+    }
+    return RILL_EINVAL;
 }
 
 rill_err_t rill_sched_ask(rill_sched_t *sch, rill_sched_sid_t sid, const rill_sched_ask_t *q,

@@ -137,7 +137,9 @@ rill_err_t srv_submit_query(srv_t *s, pend_t *p, const rill_proto_str_t *q, int3
                            .stop_at_eog = true,
                            .on_token = p->standing ? NULL : srv_cb_token,
                            .on_done = srv_cb_done,
-                           .user = s };
+                           .user = s,
+                           .consistency =
+                               p->evaluated ? RILL_SCHED_EVALUATED : RILL_SCHED_ACKNOWLEDGED };
     rill_err_t err = p->standing ? rill_sched_standing_register(s->sch, p->sess->sid, &a, &p->rid)
                                  : rill_sched_ask(s->sch, p->sess->sid, &a, &p->rid);
     rill_free(ids);
@@ -336,7 +338,7 @@ void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e) {
     srv_reply_begin(s, &pk, p->req_id, a->status, a->status == RILL_OK ? "" : e->message);
     s->replying = replying;
     if (a->status == RILL_OK) {
-        msgpack_pack_map(&pk, 9);
+        msgpack_pack_map(&pk, 10);
         srv_pk_str(&pk, "answer");
         srv_pk_strn(&pk, text, len);
         srv_pk_kv_int(&pk, "tokens", a->n_tokens);
@@ -348,6 +350,8 @@ void srv_on_done(srv_t *s, pend_t *p, srv_done_t *e) {
         srv_pk_kv_dbl(&pk, "ttft_compute_ms", (double)a->ttft_compute_ns / 1e6);
         srv_pk_str(&pk, "cached");
         a->cached ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+        srv_pk_str(&pk, "consistency");
+        srv_pk_str(&pk, p->evaluated ? "evaluated" : "acknowledged");
     } else {
         msgpack_pack_nil(&pk);
     }
@@ -365,6 +369,7 @@ void srv_cmd_ask(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_s
         return;
     }
     p->standing = standing;
+    p->evaluated = (r->present & RILL_PROTO_HAS_CONSISTENCY) != 0 && r->evaluated;
     p->sess = x;
     p->to = c->from;
     p->req_id = r->id;

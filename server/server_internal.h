@@ -147,6 +147,7 @@ typedef struct pend {
     size_t qlen;
     int32_t n_max;
     bool fixed_format; /* put in the fixed question format: the answer ends at a blank line */
+    bool evaluated;    /* ask: consistency "evaluated" (answers on what the engine evaluated) */
     bool unlisted;     /* standing: being unregistered (left out of the state file) */
     rill_tokenizer_stream_t stream;
     char *answer; /* ask: the text streamed so far */

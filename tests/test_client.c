@@ -277,6 +277,7 @@ START_TEST(ingest_and_ask) {
     ck_assert_msg(strncmp(s, a.answer, a.answer_len) == 0, "stream '%s' vs answer '%s'", got.text,
                   a.answer);
     ck_assert_msg(strstr(a.answer, "Rome") != NULL, "answer '%s'", a.answer);
+    ck_assert(!a.evaluated);
 
     int tokens = 0;
     bool answer = false;
@@ -312,6 +313,16 @@ START_TEST(ingest_and_ask) {
     CK_OK(c, rill_client_ask(c, "facts", " Bob lives in", 8, NULL, NULL, &a));
     ck_assert_str_eq(a.answer, first);
     ck_assert_int_eq(a.pieces, 0);
+    /* on evaluated data: nothing is queued, so the same context and answer, no backlog */
+    rill_client_ask_opts_t o = { .max_tokens = 8, .evaluated = true };
+    rill_client_answer_t e;
+    CK_OK(c, rill_client_ask_with(c, "facts", " Bob lives in", &o, NULL, NULL, &e));
+    ck_assert(e.evaluated);
+    ck_assert_str_eq(e.answer, first);
+    ck_assert_int_eq(e.version, a.version);
+    ck_assert_int_eq(e.backlog, 0);
+    CK_ERR(c, rill_client_ask_with(c, "facts", " Bob lives in", NULL, NULL, NULL, &e), RILL_EINVAL,
+           "");
 
     rill_client_session_stats_t st;
     CK_OK(c, rill_client_session_stats(c, "facts", &st));
@@ -621,7 +632,8 @@ static void fake_event(fake_t *f, const char *kind, uint64_t seq, uint64_t rid, 
     msgpack_sbuffer_destroy(&sb);
 }
 
-/* An ask's reply; with_parts: also backlog 5 and ttft_compute_ms 0.5 (newer servers). */
+/* An ask's reply; with_parts: also backlog 5, ttft_compute_ms 0.5 and consistency "evaluated"
+ * (newer servers). */
 static void fake_answer(msgpack_sbuffer *sb, uint64_t id, const char *answer, bool with_parts) {
     msgpack_packer pk;
     msgpack_sbuffer_clear(sb);
@@ -636,10 +648,12 @@ static void fake_answer(msgpack_sbuffer *sb, uint64_t id, const char *answer, bo
     pk_s(&pk, "message");
     pk_s(&pk, "");
     pk_s(&pk, "result");
-    msgpack_pack_map(&pk, with_parts ? 9 : 7);
+    msgpack_pack_map(&pk, with_parts ? 10 : 7);
     pk_s(&pk, "answer");
     pk_s(&pk, answer);
     if (with_parts) {
+        pk_s(&pk, "consistency");
+        pk_s(&pk, "evaluated");
         pk_s(&pk, "backlog");
         msgpack_pack_int64(&pk, 5);
         pk_s(&pk, "ttft_compute_ms");
@@ -878,6 +892,7 @@ START_TEST(hostile_replies) {
     ck_assert(!a.cached);
     ck_assert_int_eq(a.backlog, 5);
     ck_assert(a.ttft_compute_ms == 0.5);
+    ck_assert(a.evaluated);
     /* a server that publishes nothing: the reply's answer, after at most the grace period */
     atomic_store(&f.mode, FAKE_ASK_SILENT);
     got.len = 0;
@@ -889,6 +904,7 @@ START_TEST(hostile_replies) {
     ck_assert_str_eq(a.answer, "Hi");
     ck_assert_int_eq(a.backlog, -1); /* a server without the TTFT's parts */
     ck_assert(isnan(a.ttft_compute_ms));
+    ck_assert(!a.evaluated);
 
     rill_client_destroy(&c);
     atomic_store(&f.stop, true);

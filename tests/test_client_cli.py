@@ -189,6 +189,11 @@ def main():
         assert "ttft" in p.stderr and "version" in p.stderr and "context" in p.stderr, p.stderr
         q = run("ask", "t1", " Bob lives in", "-n", "8", "--no-stream", *o)
         assert q.stdout == p.stdout, (p.stdout, q.stdout)
+        v = run("ask", "t1", " Bob lives in", "-n", "8", "--consistency", "evaluated", *o)
+        assert v.stdout == p.stdout and "on evaluated data" in v.stderr, (v.stdout, v.stderr)
+        assert "on evaluated data" not in p.stderr, p.stderr
+        e = run("ask", "t1", "q", "--consistency", "eventual", *o, ok=(2,)).stderr
+        assert "neither 'acknowledged' nor 'evaluated'" in e, e
         # the streamed text is what was printed as it came: watch the token events too
         w = subprocess.Popen([RILL, "watch", "t1", "--all", "--count", "3", *o],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

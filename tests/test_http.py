@@ -167,6 +167,12 @@ def t_routes():
         # the same question over ZeroMQ gets the same (greedy) answer: one command layer
         z = zmq_ask(d, "a", "How old is Bob?", 12)
         assert z["answer"] == a["answer"], (z, a)
+        assert a["consistency"] == "acknowledged", a
+        e = ok(d, "POST", "/v1/sessions/a/ask", {"question": "How old is Bob?", "max_tokens": 12,
+                                                 "consistency": "evaluated"})
+        # nothing queued: the same context, so the same answer
+        assert e["consistency"] == "evaluated" and e["answer"] == a["answer"], (e, a)
+        assert e["version"] == 2 and e["backlog"] == 0, e
         q = ok(d, "POST", "/v1/sessions/a/standing", {"question": "What is the capital of France?",
                                                       "max_tokens": 8})
         lst = ok(d, "GET", "/v1/sessions/a/standing")["standing"]
@@ -185,6 +191,8 @@ def t_routes():
             ("POST", "/v1/sessions/a/ask", {"question": "x", "max_tokens": 99999}, 400, "ERANGE"),
             ("POST", "/v1/sessions/a/ask", {"question": "x", "bogus": 1}, 400, "EINVAL"),
             ("POST", "/v1/sessions/a/ask", {"question": 5}, 400, "EFORMAT"),
+            ("POST", "/v1/sessions/a/ask", {"question": "x", "consistency": "strong"}, 400,
+             "EINVAL"),
             ("POST", "/v1/sessions/a/ask", {"question": "x", "session": "b"}, 400, "EINVAL"),
             ("POST", "/v1/sessions/a/ingest", {"text": "x", "ticks": []}, 400, "EINVAL"),
             ("POST", "/v1/sessions/a/ingest", {}, 400, "EINVAL"),

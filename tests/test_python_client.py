@@ -158,8 +158,21 @@ def t_commands():
         assert a.context == s1["n_resident"] and a.cached is False, (a, s1)
         assert 0 < a.ttft_ms <= a.total_ms and a.backlog is not None and \
             a.ttft_compute_ms is not None, a
-        assert a.raw["answer"] == a.answer
+        assert a.raw["answer"] == a.answer and a.consistency == "acknowledged", a
         assert c.ask("alpha", "Describe Paris in detail.", max_tokens=1).tokens == 1
+        # consistency: "evaluated" answers at once on what was evaluated, "acknowledged" waits
+        # for the ~500 tokens just acknowledged (many 50 ms steps of prefill)
+        c.session_create("ev")
+        v0 = c.ingest_text("ev", FACTS, flush=True)
+        settled(c, "ev")
+        v = c.ingest_text("ev", " ".join(["The stream goes on with more text."] * 60),
+                          flush=True)
+        e = c.ask("ev", QUESTION, max_tokens=4, consistency="evaluated")
+        assert e.consistency == "evaluated" and e.backlog == 0, e
+        assert v0 <= e.version < v, (v0, e, v)
+        k = c.ask("ev", QUESTION, max_tokens=4, consistency="acknowledged", timeout=300)
+        assert k.consistency == "acknowledged" and k.version >= v, (k, v)
+        c.session_close("ev")
 
         qid = c.standing_register("alpha", "When does the train leave?", max_tokens=8)
         assert isinstance(qid, int) and qid > 0
@@ -249,6 +262,8 @@ def t_errors():
         raises(rc.InvalidArgumentError, lambda: c.ask("alpha", ""), "RILL_EINVAL")
         raises(rc.RangeError, lambda: c.ask("alpha", "q", max_tokens=5000), "RILL_ERANGE")
         raises(rc.RangeError, lambda: c.ask("alpha", "q", max_tokens=0), "RILL_ERANGE")
+        raises(rc.InvalidArgumentError, lambda: c.ask("alpha", "q", consistency="eventual"),
+               "RILL_EINVAL")
         raises(rc.FormatError, lambda: c.ingest_text("alpha", 5), "RILL_EFORMAT")
         raises(rc.FormatError, lambda: c.ingest_ticks("alpha", "AAPL,1,2"), "RILL_EFORMAT")
         raises(rc.FormatError, lambda: c.ingest_ticks("alpha", {"symbol": "AAPL"}),

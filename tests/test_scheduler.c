@@ -750,6 +750,100 @@ START_TEST(answer_version_is_what_it_saw) {
 }
 END_TEST
 
+/* A question asked with RILL_SCHED_EVALUATED consistency waits for nothing: with data still
+ * queued on its session it answers on what was evaluated (version 1, the first ingest's
+ * context, no backlog), while an acknowledged question asked at the same moment waits for the
+ * queued data and sees it; with nothing queued both give the same answer. Requests that must
+ * follow every input (turns, standing queries, speculation) refuse it. */
+START_TEST(evaluated_answers_wait_for_nothing) {
+    enum { A = 20, B = 200, N = 3 };
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t s1 = new_session(&g, 0, 0), s2 = new_session(&g, 0, 0);
+    int32_t da[A], db[B], q[6], qh[6];
+    random_tokens(da, A, g.V);
+    random_tokens(db, B, g.V);
+    random_tokens(q, 6, g.V);
+    random_tokens(qh, 6, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, s2, da, A), RILL_OK); /* v1, evaluated */
+    idle(&g);
+    /* nothing queued: the two consistencies see the same context */
+    outcome_t oa, oe;
+    outcome_init(&oa);
+    outcome_init(&oe);
+    rill_sched_ask_t a = ask_of(q, 6, N, &oa), e = ask_of(q, 6, N, &oe);
+    e.consistency = RILL_SCHED_EVALUATED;
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &a, &rid), RILL_OK);
+    wait_done(&oa, 1);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &e, &rid), RILL_OK);
+    wait_done(&oe, 1);
+    ck_assert_int_eq(oa.a.status, RILL_OK);
+    ck_assert_int_eq(oe.a.status, RILL_OK);
+    ck_assert_int_eq(oe.a.n_tokens, oa.a.n_tokens);
+    ck_assert_mem_eq(oe.tokens, oa.tokens, (size_t)oa.a.n_tokens * sizeof oa.tokens[0]);
+    ck_assert_int_eq(oe.a.version, 1);
+    ck_assert_int_eq(oe.a.n_context, A);
+    /* data queued behind a held step: evaluated answers on v1, acknowledged waits for v2 */
+    gate_t gt;
+    gate_init(&gt);
+    rill_sched_ask_t h = { .question = qh,
+                           .n_question = 6,
+                           .n_max = 1,
+                           .on_token = gate_on_token,
+                           .on_done = gate_on_done,
+                           .user = &gt };
+    ck_assert_int_eq(rill_sched_ask(g.sch, s1, &h, &rid), RILL_OK);
+    gate_wait_entered(&gt); /* the engine is held: what follows is queued together */
+    ck_assert_int_eq(rill_sched_ingest_async(g.sch, s2, db, B, NULL, NULL), RILL_OK); /* v2 */
+    outcome_t oa2, oe2;
+    outcome_init(&oa2);
+    outcome_init(&oe2);
+    rill_sched_ask_t a2 = ask_of(q, 6, N, &oa2), e2 = ask_of(q, 6, N, &oe2);
+    e2.consistency = RILL_SCHED_EVALUATED;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &a2, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &e2, &rid), RILL_OK);
+    gate_release(&gt);
+    wait_done(&gt.o, 1);
+    wait_done(&oe2, 1);
+    wait_done(&oa2, 1);
+    ck_assert_int_eq(oe2.a.status, RILL_OK);
+    ck_assert_int_eq(oa2.a.status, RILL_OK);
+    ck_assert_int_eq(oe2.a.version, 1);
+    ck_assert_int_eq(oe2.a.n_context, A);
+    ck_assert_int_eq(oe2.a.backlog, 0);
+    ck_assert_int_eq(oa2.a.version, 2);
+    ck_assert_int_eq(oa2.a.n_context, A + B);
+    ck_assert_int_eq(oa2.a.backlog, B);
+    ck_assert_msg(oe2.a.done_ns < oa2.a.done_ns, "the evaluated answer waited for the data");
+    /* 32-token steps: the acknowledged one needed ceil(200 / 32) steps of data first */
+    ck_assert_msg(oe2.a.ttft_ns < oa2.a.ttft_ns, "evaluated ttft %lld >= acknowledged %lld",
+                  (long long)oe2.a.ttft_ns, (long long)oa2.a.ttft_ns);
+    /* refused where the request must follow every input, and out of range */
+    rill_sched_ask_t bad = ask_of(q, 6, N, &oe);
+    bad.consistency = RILL_SCHED_EVALUATED;
+    rid = 7;
+    ck_assert_int_eq(rill_sched_turn(g.sch, s2, &bad, &rid), RILL_EINVAL);
+    ck_assert_uint_eq(rid, 0);
+    ck_assert_int_eq(rill_sched_standing_register(g.sch, s2, &bad, &rid), RILL_EINVAL);
+    bad.consistency = (rill_sched_consistency_t)2;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s2, &bad, &rid), RILL_EINVAL);
+    rill_sched_consistency_t c = RILL_SCHED_ACKNOWLEDGED;
+    ck_assert_int_eq(rill_sched_consistency_parse("evaluated", &c), RILL_OK);
+    ck_assert_int_eq(c, RILL_SCHED_EVALUATED);
+    ck_assert_str_eq(rill_sched_consistency_name(c), "evaluated");
+    ck_assert_int_eq(rill_sched_consistency_parse("Evaluated", &c), RILL_EINVAL);
+    ck_assert_ptr_null(rill_sched_consistency_name((rill_sched_consistency_t)2));
+    idle(&g);
+    outcome_deinit(&oa);
+    outcome_deinit(&oe);
+    outcome_deinit(&oa2);
+    outcome_deinit(&oe2);
+    gate_deinit(&gt);
+    rig_close(&g);
+}
+END_TEST
+
 /* An answer says what its time to the first token was made of: the backlog of its session it
  * waited for (the tokens acknowledged but not evaluated when it was asked) and the engine time
  * of the steps that evaluated that backlog and its question; the time it spent behind a step
@@ -3093,6 +3187,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, questions_do_not_wait_for_later_data);
         tcase_add_test(tc, answers_account_for_their_first_token_time);
         tcase_add_test(tc, answer_version_is_what_it_saw);
+        tcase_add_test(tc, evaluated_answers_wait_for_nothing);
         tcase_add_test(tc, admission_reserves_windows);
         tcase_add_test(tc, exhaustion_reclaims_forks);
         tcase_add_test(tc, standing_queries_cache_and_coalesce);

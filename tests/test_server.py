@@ -237,8 +237,8 @@ def t_commands():
         assert r["id"] == rid and r["status"] == "OK", r
         ans = r["result"]
         assert set(ans) == {"answer", "tokens", "version", "context", "ttft_ms", "total_ms",
-                            "cached", "backlog", "ttft_compute_ms"}, ans
-        assert "42" in ans["answer"], ans
+                            "cached", "backlog", "ttft_compute_ms", "consistency"}, ans
+        assert "42" in ans["answer"] and ans["consistency"] == "acknowledged", ans
         assert 1 <= ans["tokens"] <= 24 and ans["version"] == s1["version"], ans
         assert ans["context"] == s1["n_resident"] and ans["cached"] is False, (ans, s1)
         assert 0 < ans["ttft_ms"] <= ans["total_ms"], ans

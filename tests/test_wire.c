@@ -467,7 +467,21 @@ START_TEST(proto_decodes_every_command) {
     ck_assert_int_eq(r.cmd, RILL_PROTO_ASK);
     ck_assert(str_is(r.question, "why?"));
     ck_assert_int_eq(r.max_tokens, RILL_PROTO_MAX_TOKENS);
+    ck_assert(!(r.present & RILL_PROTO_HAS_CONSISTENCY) && !r.evaluated);
     req_end(&q);
+    for (int evaluated = 0; evaluated < 2; evaluated++) {
+        req_begin(&q, "ask", 3);
+        pk_s(&q.pk, "session");
+        pk_s(&q.pk, "s");
+        pk_s(&q.pk, "question");
+        pk_s(&q.pk, "why?");
+        pk_s(&q.pk, "consistency");
+        pk_s(&q.pk, evaluated ? "evaluated" : "acknowledged");
+        ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
+        ck_assert(r.present & RILL_PROTO_HAS_CONSISTENCY);
+        ck_assert_int_eq(r.evaluated, evaluated);
+        req_end(&q);
+    }
 
     req_begin(&q, "standing.unregister", 2);
     pk_s(&q.pk, "session");
@@ -731,6 +745,11 @@ START_TEST(proto_refuses_bad_requests) {
     expect_req(d, "ask", "question", p_long_str, RILL_ERANGE, "args.question: 65537 bytes");
     expect_req(d, "ask", "max_tokens", p_zero, RILL_ERANGE, "outside [1, 1024]");
     expect_req(d, "ask", "max_tokens", p_tokens_big, RILL_ERANGE, "outside [1, 1024]");
+    expect_req(d, "ask", "consistency", p_empty, RILL_EINVAL, "\"acknowledged\" or \"evaluated\"");
+    expect_req(d, "ask", "consistency", p_bad_name, RILL_EINVAL, "args.consistency");
+    expect_req(d, "ask", "consistency", p_int5, RILL_EFORMAT, "args.consistency: must be a string");
+    expect_req(d, "standing.register", "consistency", p_empty, RILL_EINVAL,
+               "takes no argument 'consistency'");
     expect_req(d, "standing.unregister", "qid", p_zero, RILL_EFORMAT, "positive integer");
     expect_req(d, "ingest.text", "flush", p_int5, RILL_EFORMAT, "boolean");
     expect_req(d, "session.create", "model", p_bad_name, RILL_EINVAL, "args.model: 1..63");

@@ -58,6 +58,7 @@ typedef enum arg {
     A_TOP_P,
     A_SEED,
     A_STOP,
+    A_CONSISTENCY,
     A_COUNT
 } arg_t;
 
@@ -65,7 +66,7 @@ static const char *const k_arg[A_COUNT] = { "session",    "window",   "sinks",  
                                             "text",       "flush",    "ticks",       "question",
                                             "max_tokens", "qid",      "model",       "from_version",
                                             "prompt",     "messages", "temperature", "top_p",
-                                            "seed",       "stop" };
+                                            "seed",       "stop",     "consistency" };
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
 static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
@@ -80,7 +81,10 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
     [RILL_PROTO_SESSION_SNAPSHOT] = { [A_SESSION] = 2 },
     [RILL_PROTO_INGEST_TEXT] = { [A_SESSION] = 2, [A_TEXT] = 2, [A_FLUSH] = 1 },
     [RILL_PROTO_INGEST_TICKS] = { [A_SESSION] = 2, [A_TICKS] = 2 },
-    [RILL_PROTO_ASK] = { [A_SESSION] = 2, [A_QUESTION] = 2, [A_MAX_TOKENS] = 1 },
+    [RILL_PROTO_ASK] = { [A_SESSION] = 2,
+                         [A_QUESTION] = 2,
+                         [A_MAX_TOKENS] = 1,
+                         [A_CONSISTENCY] = 1 },
     [RILL_PROTO_STANDING_REGISTER] = { [A_SESSION] = 2, [A_QUESTION] = 2, [A_MAX_TOKENS] = 1 },
     [RILL_PROTO_STANDING_UNREGISTER] = { [A_SESSION] = 2, [A_QID] = 2 },
     [RILL_PROTO_STANDING_LIST] = { [A_SESSION] = 2 },
@@ -226,6 +230,21 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
         }
         return RILL_OK;
     }
+    case A_CONSISTENCY:
+        if (v->type != MSGPACK_OBJECT_STR) {
+            return fail(msg, msglen, RILL_EFORMAT, "args.consistency: must be a string");
+        }
+        rill_proto_str_t c = { v->via.str.ptr, v->via.str.size };
+        if (str_is(&c, "evaluated")) {
+            r->evaluated = true;
+        } else if (str_is(&c, "acknowledged")) {
+            r->evaluated = false;
+        } else {
+            return fail(msg, msglen, RILL_EINVAL,
+                        "args.consistency: \"acknowledged\" or \"evaluated\" required");
+        }
+        r->present |= RILL_PROTO_HAS_CONSISTENCY;
+        return RILL_OK;
     case A_WINDOW:
     case A_SINKS:
         if (!as_uint(v, &u)) {

@@ -76,6 +76,7 @@ typedef struct rill_proto_str {
 #define RILL_PROTO_HAS_TEMPERATURE (1u << 9)
 #define RILL_PROTO_HAS_TOP_P       (1u << 10)
 #define RILL_PROTO_HAS_SEED        (1u << 11)
+#define RILL_PROTO_HAS_CONSISTENCY (1u << 12)
 
 /* complete: one chat message (role is system, user or assistant). */
 typedef struct rill_proto_msg {
@@ -90,6 +91,7 @@ typedef struct rill_proto_req {
     bool flush;
     int64_t window, sinks;
     int32_t max_tokens;
+    bool evaluated; /* ask: consistency "evaluated" (false: "acknowledged", the default) */
     uint64_t qid;
     int64_t from_version; /* ingest.replace: 1..2^63 - 1 */
     const void *ticks;    /* ingest.ticks: the ticks array re-encoded as one msgpack buffer

@@ -44,7 +44,8 @@ class Answer:
     ``context`` (tokens in its context), ``ttft_ms`` and ``total_ms`` (time to the first token
     and to the end, ms), ``cached`` (answered from a standing query's cache), and what
     ``ttft_ms`` was made of: ``backlog`` (tokens it waited to be evaluated) and
-    ``ttft_compute_ms`` (engine time of those steps) - None from a rilld that sends neither.
+    ``ttft_compute_ms`` (engine time of those steps) - None from a rilld that sends neither;
+    ``consistency`` ("acknowledged" or "evaluated", None from a rilld without it).
     ``raw`` is the whole result map (fields a later rilld adds are there)."""
 
     answer: str
@@ -56,6 +57,7 @@ class Answer:
     cached: bool
     backlog: Optional[int] = None
     ttft_compute_ms: Optional[float] = None
+    consistency: Optional[str] = None
     raw: Dict[str, Any] = field(default_factory=dict, repr=False)
 
 
@@ -391,15 +393,19 @@ class Client:
     # ---- questions --------------------------------------------------------------------------
 
     def ask(self, session: str, question: str, max_tokens: Optional[int] = None,
-            timeout: Optional[float] = None) -> Answer:
+            timeout: Optional[float] = None, consistency: Optional[str] = None) -> Answer:
         """Puts `question` to `session`'s data and returns the `Answer` once it is complete
         (`max_tokens`: 1..1024, rilld's default 48). Meanwhile its pieces are published as
         ``token`` events (`events`) with ``rid`` == `last_request_id`. `timeout`: seconds
-        for this call (default the client's). Raises `InvalidArgumentError` (empty
-        question), `RangeError` (max_tokens), `NotFoundError`, `NotPermittedError`,
+        for this call (default the client's). `consistency`: "acknowledged" (rilld's
+        default: the answer sees every input acknowledged before the question) or
+        "evaluated" (answer at once on what the engine has evaluated; ``version`` and
+        ``backlog`` say what it saw). Raises `InvalidArgumentError` (empty question, unknown
+        consistency), `RangeError` (max_tokens), `NotFoundError`, `NotPermittedError`,
         `RillTimeout`."""
         r = self.call("ask", self._args(session=session, question=question,
-                                        max_tokens=max_tokens), timeout)
+                                        max_tokens=max_tokens, consistency=consistency),
+                      timeout)
         return _pick(Answer, r, "ask")
 
     def standing_register(self, session: str, question: str,
