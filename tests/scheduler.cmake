@@ -5,3 +5,5 @@ rill_test(test_scheduler SOURCES test_scheduler.c LIBS rill_scheduler LABELS uni
 add_test(NAME test_scheduler_stress COMMAND test_scheduler --stress)
 set_tests_properties(test_scheduler_stress PROPERTIES TIMEOUT 900 LABELS "unit;concurrency"
                      ENVIRONMENT "CK_FORK=no" SKIP_RETURN_CODE 77)
+# The streaming transcript (scheduler/rill_transcript.h): pure logic, no model.
+rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS unit TIMEOUT 60)
