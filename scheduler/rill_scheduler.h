@@ -30,9 +30,13 @@
  * at (max_delay_ns - a) / b tokens (never below min_chunk, never above step_tokens), so a
  * question that arrives while a step runs waits at most about max_delay_ns for the engine to
  * take it, and a question that is decoding loses at most that per token to another's prefill.
- * min_chunk's floor is for questions' own tokens and for steps without question work (so that
- * ingest progresses however slow a token is); ingest joining a question's step stops at the
- * unfloored (max_delay_ns - a) / b, which may be none.
+ * min_chunk's floor is for steps without question work (so that ingest progresses however slow
+ * a token is); ingest joining a question's step stops at the unfloored (max_delay_ns - a) / b,
+ * which may be none. A question's own tokens are not held to the cap: the oldest question
+ * prefilling goes into a step whole (up to step_tokens), because the cap bounds what a question
+ * waits behind, not the question itself (prefilling 50 tokens in chunks of 16 pays the per-step
+ * cost four times); other questions and the session data questions wait for take what the cap
+ * leaves, so several questions at once still make steps of one question beyond the cap.
  *
  * Several models (rill_sched_new_models). A session belongs to the model it was created on
  * (rill_sched_session_params_t.model); budgets, templates, the step-time model and the cap are

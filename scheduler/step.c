@@ -162,6 +162,30 @@ static void start_refreshes(rill_sched_t *sch, const model_t *m) {
     }
 }
 
+/* The forks of m's running requests of class cls except `skip` (already in the batch), in
+ * request order, as far as b has room. */
+static void add_requests(rill_sched_t *sch, model_t *m, builder_t *b, rill_sched_class_t cls,
+                         const req_t *skip) {
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        if (r != skip && r->sess->m == m && req_runs(r) && rill__sched_req_class(r) == cls &&
+            room_for(m, b, true)) {
+            add_item(m, b, r->fork, r, r->sess, cls, true);
+        }
+    }
+}
+
+/* m's running request of class cls submitted first (ids grow with submission), or NULL. */
+static req_t *oldest_request(rill_sched_t *sch, const model_t *m, rill_sched_class_t cls) {
+    req_t *best = NULL;
+    for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+        if (r->sess->m == m && req_runs(r) && rill__sched_req_class(r) == cls &&
+            (best == NULL || r->id < best->id)) {
+            best = r;
+        }
+    }
+    return best;
+}
+
 /* Builds m's batch in class order (m->n_items items). */
 static void build_batch(rill_sched_t *sch, model_t *m) {
     builder_t b = { .cap = rill__sched_step_cap(sch, m) };
@@ -186,18 +210,31 @@ static void build_batch(rill_sched_t *sch, model_t *m) {
             int32_t fill = fit_tokens(sch, m, sch->prm.max_delay_ns);
             b.cap = fill < b.cap ? (fill > b.tokens ? fill : b.tokens) : b.cap;
         }
-        if (cls == RILL_SCHED_PREFILL || cls == RILL_SCHED_INGEST) {
+        if (cls == RILL_SCHED_PREFILL) {
+            /* the oldest question's own tokens whole (up to step_tokens): the cap bounds what a
+             * question waits behind, not the question; other questions and the data questions
+             * wait for fill what the cap leaves (so a step holds at most one question beyond
+             * the cap: several questions at once do not make one long step) */
+            int32_t cap = b.cap;
+            req_t *first = oldest_request(sch, m, RILL_SCHED_PREFILL);
+            if (first != NULL && room_for(m, &b, true)) {
+                int32_t want = b.tokens + rill_session_pending(first->fork);
+                want = want < m->step_tokens ? want : m->step_tokens;
+                b.cap = want > cap ? want : cap;
+                add_item(m, &b, first->fork, first, first->sess, RILL_SCHED_PREFILL, true);
+                b.cap = cap > b.tokens ? cap : b.tokens;
+            }
+            add_requests(sch, m, &b, RILL_SCHED_PREFILL, first);
+            add_session_data(sch, m, &b, RILL_SCHED_PREFILL);
+            continue;
+        }
+        if (cls == RILL_SCHED_INGEST) {
             add_session_data(sch, m, &b, (rill_sched_class_t)cls);
         }
         if (cls == RILL_SCHED_STANDING && room_for(m, &b, true)) {
             start_refreshes(sch, m);
         }
-        for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-            if (r->sess->m == m && req_runs(r) && (int)rill__sched_req_class(r) == cls &&
-                room_for(m, &b, true)) {
-                add_item(m, &b, r->fork, r, r->sess, (rill_sched_class_t)cls, true);
-            }
-        }
+        add_requests(sch, m, &b, (rill_sched_class_t)cls, NULL);
     }
     m->rr++;
 }

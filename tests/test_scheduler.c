@@ -750,6 +750,82 @@ START_TEST(answer_version_is_what_it_saw) {
 }
 END_TEST
 
+/* A question's own tokens go into one step whole, however small the cap: the cap bounds what a
+ * question waits behind, not the question. A 60-token question with one answer token on a
+ * session with nothing queued takes one step while ingest on another session keeps its 8-token
+ * steps. */
+START_TEST(question_tokens_are_not_chunked) {
+    rig_t g;
+    rill_sched_params_t sp = rill_sched_default_params();
+    sp.step_tokens = 64;
+    sp.min_chunk = 8;
+    sp.max_delay_ns = 1000; /* below one token's time: the cap is min_chunk */
+    rig_open_ex(&g, 8192, &sp);
+    rill_sched_sid_t s0 = new_session(&g, 0, 0), s1 = new_session(&g, 16, 224);
+    int32_t data[160], q[60];
+    random_tokens(data, 160, g.V);
+    random_tokens(q, 60, g.V);
+    for (int i = 0; i < 4; i++) { /* separate ingests teach the time model */
+        ck_assert_int_eq(rill_sched_ingest(g.sch, s0, data + 40 * i, 40), RILL_OK);
+        idle(&g);
+    }
+    rill_sched_stats_t st0, st1;
+    rill_sched_stats(g.sch, &st0);
+    ck_assert_int_eq(st0.chunk_cap, 8);
+    outcome_t o;
+    outcome_init(&o);
+    rill_sched_ask_t a = ask_of(q, 60, 1, &o);
+    rill_sched_rid_t rid;
+    ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
+    wait_done(&o, 1);
+    ck_assert_int_eq(o.a.status, RILL_OK);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert_int_eq(st1.tokens[RILL_SCHED_PREFILL] - st0.tokens[RILL_SCHED_PREFILL], 60);
+    ck_assert_msg(st1.steps - st0.steps == 1, "the question took %lld steps",
+                  (long long)(st1.steps - st0.steps));
+    /* two at once: one whole question per step beyond the cap, the older first */
+    outcome_t o2;
+    outcome_init(&o2);
+    outcome_init(&o);
+    rill_sched_ask_t a2 = ask_of(q, 60, 1, &o2);
+    a = ask_of(q, 60, 1, &o);
+    gate_t gt;
+    gate_init(&gt);
+    int32_t qh[4];
+    random_tokens(qh, 4, g.V);
+    rill_sched_ask_t h = { .question = qh,
+                           .n_question = 4,
+                           .n_max = 1,
+                           .on_token = gate_on_token,
+                           .on_done = gate_on_done,
+                           .user = &gt };
+    rill_sched_stats(g.sch, &st1);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s1, &h, &rid), RILL_OK);
+    gate_wait_entered(&gt); /* both questions reach the engine together */
+    ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a, &rid), RILL_OK);
+    ck_assert_int_eq(rill_sched_ask(g.sch, s0, &a2, &rid), RILL_OK);
+    gate_release(&gt);
+    wait_done(&gt.o, 1);
+    wait_done(&o, 1);
+    wait_done(&o2, 1);
+    rill_sched_stats_t st2;
+    rill_sched_stats(g.sch, &st2);
+    /* the gate's own step, then one step per question */
+    ck_assert_msg(st2.steps - st1.steps == 3, "two questions took %lld steps",
+                  (long long)(st2.steps - st1.steps - 1));
+    ck_assert_msg(o.a.done_ns < o2.a.done_ns, "the older question was not first");
+    gate_deinit(&gt);
+    outcome_deinit(&o2);
+    /* ingest keeps the cap */
+    ck_assert_int_eq(rill_sched_ingest(g.sch, s1, data, 160), RILL_OK);
+    idle(&g);
+    rill_sched_stats(g.sch, &st1);
+    ck_assert_int_ge(st1.steps - st2.steps, 160 / 8);
+    outcome_deinit(&o);
+    rig_close(&g);
+}
+END_TEST
+
 /* A question asked with RILL_SCHED_EVALUATED consistency waits for nothing: with data still
  * queued on its session it answers on what was evaluated (version 1, the first ingest's
  * context, no backlog), while an acknowledged question asked at the same moment waits for the
@@ -3183,6 +3259,7 @@ int main(int argc, char **argv) {
         tcase_add_test(tc, text_ingest_matches_whole_text);
         tcase_add_test(tc, questions_preempt_ingest);
         tcase_add_test(tc, adaptive_chunks_follow_step_times);
+        tcase_add_test(tc, question_tokens_are_not_chunked);
         tcase_add_test(tc, question_steps_take_ingest_within_the_bound);
         tcase_add_test(tc, questions_do_not_wait_for_later_data);
         tcase_add_test(tc, answers_account_for_their_first_token_time);
