@@ -141,10 +141,34 @@ size_t rill_audio_resampler_out_max(const rill_audio_resampler_t *r, size_t n_fr
     return (size_t)(bound - r->out_samples);
 }
 
+static int64_t run_soxr_raw(rill_audio_resampler_t *r, const float *in, size_t n, float *out,
+                            size_t cap);
+
+/* Clamps what libsoxr wrote: a band-limiting filter overshoots full-scale input (the Gibbs
+ * ripple of a steep edge is up to ~9 % of the step), and the module promises samples in
+ * [-1, 1]. */
+static void clamp_out(rill_audio_resampler_t *r, float *out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (out[i] > 1.0f || out[i] < -1.0f) {
+            out[i] = out[i] > 0.0f ? 1.0f : -1.0f;
+            r->stats.clipped++;
+        }
+    }
+}
+
 /* Runs libsoxr over in[0..n) (NULL: the flush) into out[0..cap); returns the samples written
  * or RILL_EINTERNAL when it stops with input left. */
 static int64_t run_soxr(rill_audio_resampler_t *r, const float *in, size_t n, float *out,
                         size_t cap) {
+    int64_t got = run_soxr_raw(r, in, n, out, cap);
+    if (got > 0) {
+        clamp_out(r, out, (size_t)got);
+    }
+    return got;
+}
+
+static int64_t run_soxr_raw(rill_audio_resampler_t *r, const float *in, size_t n, float *out,
+                            size_t cap) {
     size_t written = 0;
     for (;;) {
         size_t idone = 0, odone = 0;

@@ -21,10 +21,11 @@
  *
  * Samples: float, nominally [-1, 1]. Every source cleans its input the same way: a NaN or an
  * infinity becomes 0.0 and a finite sample beyond [-1, 1] is clamped to it, before the channels
- * are mixed, so the 16 kHz signal is always finite and in range; both are counted in the stats
- * (`cleaned`, `clipped`). Rejected: refusing a chunk that holds a NaN. A live stream would stop
- * for one bad sample from a driver, and there is nothing a caller could do with the refusal
- * but drop the chunk, which loses more audio than replacing one sample.
+ * are mixed, and the output is clamped again after resampling (a band-limiting filter overshoots
+ * full-scale input by up to ~9 %), so the 16 kHz signal is always finite and in range; all of it
+ * is counted in the stats (`cleaned`, `clipped`). Rejected: refusing a chunk that holds a NaN.
+ * A live stream would stop for one bad sample from a driver, and there is nothing a caller could
+ * do with the refusal but drop the chunk, which loses more audio than replacing one sample.
  *
  * Limits: input rates RILL_AUDIO_RATE_MIN..RILL_AUDIO_RATE_MAX Hz (8 kHz .. 384 kHz), channels
  * 1..RILL_AUDIO_CHANNELS_MAX (32); outside them a constructor or a packet gives RILL_ERANGE with
@@ -62,7 +63,8 @@ typedef struct rill_audio_stats {
     int64_t frames_in;   /* input frames taken (one sample per channel each), at the input rate */
     int64_t samples_out; /* 16 kHz mono samples handed out */
     int64_t cleaned;     /* NaN or infinite input samples replaced by 0 */
-    int64_t clipped;     /* finite input samples beyond [-1, 1] clamped */
+    int64_t clipped;     /* samples clamped to [-1, 1]: finite input beyond it, and output
+                            that the resampler's (or Opus's) filter pushed past full scale */
     /* Packets (rill_audio_packet_decoder_t). */
     int64_t packets;           /* packets decoded (in order or after a gap) */
     int64_t packets_lost;      /* sequence numbers skipped by a gap within max_gap */

@@ -326,6 +326,27 @@ START_TEST(resample_cleans_nan_inf) {
     ck_assert_int_eq(st.clipped, 3);
     rill_audio_resampler_destroy(&r);
     free(x), free(clean), free(a), free(b);
+
+    /* A full-scale square wave: the filter's overshoot is clamped (and counted), never passed
+     * on. Found by fuzz_audio (corpus/audio/regress-pcm16-overshoot). */
+    int16_t sq[8000];
+    for (int i = 0; i < 8000; i++) {
+        sq[i] = (i / 20) % 2 ? INT16_MIN : INT16_MAX;
+    }
+    ck_assert_int_eq(rill_audio_resampler_new(8000, 1, &r), RILL_OK);
+    static float o[20000];
+    int64_t got = rill_audio_resampler_push_s16(r, sq, 8000, o, 20000);
+    ck_assert_int_gt(got, 14000);
+    got += rill_audio_resampler_flush(r, o + got, 20000 - (size_t)got);
+    ck_assert_int_eq(got, 16000);
+    float peak = 0.0f;
+    for (int64_t i = 0; i < got; i++) {
+        ck_assert(isfinite(o[i]) && o[i] <= 1.0f && o[i] >= -1.0f);
+        peak = fabsf(o[i]) > peak ? fabsf(o[i]) : peak;
+    }
+    ck_assert(peak == 1.0f);
+    ck_assert_int_gt(rill_audio_resampler_stats(r).clipped, 0);
+    rill_audio_resampler_destroy(&r);
 }
 END_TEST
 
