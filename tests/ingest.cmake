@@ -7,6 +7,7 @@ rill_test(test_ingest SOURCES test_ingest.c LIBS rill_ingest PkgConfig::MSGPACK 
 rill_test(test_market_truth SOURCES test_market_truth.c LIBS rill_ingest LABELS unit TIMEOUT 120)
 # The audio sources (rill_audio.h): resampling accuracy, WAV/FLAC/Ogg Opus files made at test
 # time, Opus and pcm16 packets with loss, garbage and bounds, capture through its callback and
-# through ALSA's null device where PortAudio offers it, voice activity. No model, no sound card.
+# through ALSA's null device where PortAudio offers it (a real callback thread: label
+# concurrency, so the ThreadSanitizer pass runs it), voice activity. No model, no sound card.
 rill_test(test_audio SOURCES test_audio.c LIBS rill_ingest PkgConfig::SNDFILE PkgConfig::OPUS
-          PkgConfig::PORTAUDIO m LABELS unit TIMEOUT 300)
+          PkgConfig::PORTAUDIO m LABELS "unit;concurrency" TIMEOUT 300)
