@@ -26,11 +26,13 @@
  * checking as libopusfile reads (it seeks: it bisects at open to find the length and the links,
  * so the bytes it reads are not the stream in order).
  */
+#include <errno.h>
 #include <ogg/ogg.h>
 #include <opus/opusfile.h>
 #include <sndfile.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "audio_internal.h"
 #include "rill_alloc.h"
@@ -103,8 +105,16 @@ static const char *sf_format_name(int format) {
     }
 }
 
-/* True when the file starts with an Ogg page carrying an OpusHead. */
+/* True when the file starts with an Ogg page carrying an OpusHead. The file is opened again by
+ * the decoder (and read twice for Ogg), so it must be a regular file, not a pipe or a device. */
 static rill_err_t sniff_opus(const char *path, bool *is_opus) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        return rill__error(RILL_EIO, "%s: cannot open (%s)", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        return rill__error(RILL_EUNSUPPORTED, "%s: not a regular file", path);
+    }
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
         return rill__error(RILL_EIO, "%s: cannot open", path);

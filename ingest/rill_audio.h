@@ -159,10 +159,12 @@ typedef struct rill_audio_file_info {
     const char *format; /* "wav", "flac", "ogg-opus", ... (static string) */
 } rill_audio_file_info_t;
 
-/* Opens path for reading. Caller owns *out; close with rill_audio_file_close(). Errors:
- * RILL_EINVAL (NULL arguments), RILL_EIO (cannot open or read the file), RILL_EFORMAT (not a
- * file either library reads, or a damaged header), RILL_ERANGE (rate or channels outside the
- * limits), RILL_ENOMEM (*out untouched). Blocks on file I/O. */
+/* Opens path, a regular file, for reading. Caller owns *out; close with rill_audio_file_close().
+ * Errors: RILL_EINVAL (NULL arguments), RILL_EIO (cannot open or read the file),
+ * RILL_EUNSUPPORTED (not a regular file: a pipe or a device cannot be opened twice, as the
+ * content check needs), RILL_EFORMAT (not a file either library reads, or damaged: see above),
+ * RILL_ERANGE (rate or channels outside the limits), RILL_ENOMEM (*out untouched). Blocks on
+ * file I/O. */
 rill_err_t rill_audio_file_open(const char *path, rill_audio_file_t **out);
 
 /* Closes the file and sets *fp to NULL. NULL-safe. */

@@ -595,6 +595,8 @@ static void damaged_copy(const char *src, const char *dst, int64_t keep, int64_t
  * WAV cut in the data: read to its end (libsndfile corrects the length; documented). */
 START_TEST(file_damaged) {
     expect_bad_file(test_path_in(g_dir, "no-such-file.wav"), RILL_EIO, "cannot open");
+    expect_bad_file(g_dir, RILL_EUNSUPPORTED, "not a regular file");
+    expect_bad_file("/dev/null", RILL_EUNSUPPORTED, "not a regular file");
     const char *empty = test_path_in(g_dir, "empty.wav");
     test_write_file(empty, "", 0);
     expect_bad_file(empty, RILL_EFORMAT, "empty.wav");
