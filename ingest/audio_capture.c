@@ -24,7 +24,8 @@
 #include "rill_compat.h"
 #include "rill_ring.h"
 
-#define PEND_CAP ((size_t)RILL__AUDIO_BLOCK * 2 + 8192)
+#define PEND_CAP       ((size_t)RILL__AUDIO_BLOCK * 2 + 8192)
+#define RING_BYTES_MAX ((uint64_t)256 << 20) /* before rounding up to a power of two */
 
 struct rill_audio_capture {
     rill_audio_capture_params_t params;
@@ -131,6 +132,14 @@ rill_err_t rill_audio_capture_new(const rill_audio_capture_params_t *params,
     c->channels = p.channels;
     size_t slots = (size_t)((int64_t)rate * p.ring_ms / 1000);
     size_t frame_bytes = (size_t)p.channels * sizeof(float);
+    if ((uint64_t)slots * frame_bytes > RING_BYTES_MAX) {
+        rill_free(c);
+        return rill__error(RILL_EINVAL,
+                           "capture: a ring of %d ms at %d Hz x %d channels is %zu bytes (at most "
+                           "%d MiB)",
+                           p.ring_ms, rate, p.channels, slots * frame_bytes,
+                           (int)(RING_BYTES_MAX >> 20));
+    }
     err = rill_ring_init(&c->ring, RILL_MEM_INGEST, frame_bytes, slots);
     if (err == RILL_ENOMEM) {
         err = rill__error(RILL_ENOMEM, "capture: no memory for a ring of %zu frames", slots);

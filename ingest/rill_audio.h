@@ -285,7 +285,8 @@ typedef struct rill_audio_capture_params {
     int32_t device;            /* PortAudio device index; -1: the default input; default -1 */
     int32_t rate;              /* Hz; 0: the device's default rate; default 0 */
     int32_t channels;          /* 1..RILL_AUDIO_CHANNELS_MAX; default 1 */
-    int32_t ring_ms;           /* ring capacity in ms at the rate, 10..60000; default 2000 */
+    int32_t ring_ms;           /* ring capacity in ms at the rate, 10..60000, and at most
+                                  256 MiB of frames; default 2000 */
     int32_t frames_per_buffer; /* frames per callback, 0: PortAudio chooses; default 0 */
 } rill_audio_capture_params_t;
 

@@ -1335,6 +1335,14 @@ START_TEST(capture_bad_params) {
     p.rate = 48000;
     p.ring_ms = 5;
     ck_assert_int_eq(rill_audio_capture_new(&p, &c), RILL_EINVAL);
+    p.rate = 384000;
+    p.channels = 32;
+    p.ring_ms = 60000; /* 2.9 GB of ring */
+    rill_err_t big = rill_audio_capture_new(&p, &c);
+    ck_assert_int_eq(big, RILL_EINVAL);
+    ck_assert(strstr(rill_last_error(big), "MiB") != NULL);
+    p.rate = 48000;
+    p.channels = 1;
     p.ring_ms = 100;
     p.device = -2;
     ck_assert_int_eq(rill_audio_capture_new(&p, &c), RILL_EINVAL);
