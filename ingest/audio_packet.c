@@ -89,7 +89,7 @@ static void destroy(rill_audio_packet_decoder_t *d) {
 }
 
 rill_err_t rill_audio_packet_decoder_new(const rill_audio_packet_params_t *params,
-                                         rill_audio_codec_t codec, int32_t rate, int32_t channels,
+                                         rill_audio_codec_t codec, int64_t rate, int64_t channels,
                                          rill_audio_packet_decoder_t **out) {
     rill_audio_packet_params_t p = params != NULL ? *params : rill_audio_packet_default_params();
     if (out == NULL) {
@@ -109,11 +109,11 @@ rill_err_t rill_audio_packet_decoder_new(const rill_audio_packet_params_t *param
     if (err != RILL_OK) {
         return err;
     }
-    if (codec == RILL_AUDIO_CODEC_OPUS && (!opus_rate(rate) || channels > 2)) {
+    if (codec == RILL_AUDIO_CODEC_OPUS && (!opus_rate((int32_t)rate) || channels > 2)) {
         return rill__error(RILL_ERANGE,
-                           "opus stream: rate %d Hz, %d channels (want 8000, 12000, 16000, 24000 "
-                           "or 48000 Hz, 1 or 2 channels)",
-                           rate, channels);
+                           "opus stream: rate %lld Hz, %lld channels (want 8000, 12000, 16000, "
+                           "24000 or 48000 Hz, 1 or 2 channels)",
+                           (long long)rate, (long long)channels);
     }
     rill_audio_packet_decoder_t *d = rill_calloc(RILL_MEM_INGEST, 1, sizeof *d);
     if (d == NULL) {
@@ -121,8 +121,8 @@ rill_err_t rill_audio_packet_decoder_new(const rill_audio_packet_params_t *param
     }
     d->params = p;
     d->codec = codec;
-    d->rate = rate;
-    d->channels = channels;
+    d->rate = (int32_t)rate;
+    d->channels = (int32_t)channels;
     d->expected = -1;
     if (codec == RILL_AUDIO_CODEC_OPUS) {
         d->opus_size = (size_t)opus_decoder_get_size(1);
@@ -141,7 +141,7 @@ rill_err_t rill_audio_packet_decoder_new(const rill_audio_packet_params_t *param
                              (size_t)RILL__AUDIO_BLOCK * (size_t)channels * sizeof(int16_t));
         err = d->pcm == NULL
                   ? rill__error(RILL_ENOMEM, "packet decoder: no memory for the PCM buffer")
-                  : rill_audio_resampler_new(rate, channels, &d->rs);
+                  : rill_audio_resampler_new(d->rate, d->channels, &d->rs);
     }
     if (err != RILL_OK) {
         destroy(d);
@@ -253,17 +253,18 @@ static int64_t decode_opus(rill_audio_packet_decoder_t *d, int64_t n_conceal, bo
 }
 
 int64_t rill_audio_packet_decode(rill_audio_packet_decoder_t *d, rill_audio_codec_t codec,
-                                 int32_t rate, int32_t channels, int64_t seq, const uint8_t *data,
+                                 int64_t rate, int64_t channels, int64_t seq, const uint8_t *data,
                                  size_t len, float *out, size_t cap) {
     if (d == NULL || out == NULL || (data == NULL && len > 0)) {
         return d != NULL ? bad(d, rill__error(RILL_EINVAL, "audio packet: NULL argument"))
                          : rill__error(RILL_EINVAL, "audio packet: NULL decoder");
     }
     if (codec != d->codec || rate != d->rate || channels != d->channels) {
-        return bad(d, rill__error(RILL_EINVAL,
-                                  "audio packet: %s %d Hz %d ch in a stream of %s %d Hz %d ch",
-                                  rill_audio_codec_name(codec), rate, channels,
-                                  rill_audio_codec_name(d->codec), d->rate, d->channels));
+        return bad(d,
+                   rill__error(RILL_EINVAL,
+                               "audio packet: %s %lld Hz %lld ch in a stream of %s %d Hz %d ch",
+                               rill_audio_codec_name(codec), (long long)rate, (long long)channels,
+                               rill_audio_codec_name(d->codec), d->rate, d->channels));
     }
     if (seq < 0 || seq == INT64_MAX) {
         return bad(d, rill__error(RILL_EINVAL, "audio packet: seq %lld outside 0..2^63-2",

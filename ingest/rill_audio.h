@@ -187,7 +187,9 @@ rill_audio_stats_t rill_audio_file_stats(const rill_audio_file_t *f);
  * One decoder per stream (a session's `ingest.audio`), created with the stream's format from its
  * first packet; every later packet must have the same codec, rate and channels (a change is
  * RILL_EINVAL: a new format is a new decoder). A server handler passes the request's fields as
- * they came (codec name, rate, channels, seq, data).
+ * they came: the codec name through rill_audio_codec_from_name(), rate, channels and seq as the
+ * 64-bit integers msgpack gives (range-checked here, so no cast can alias a bad value to a good
+ * one), data as the bin's pointer and length.
  *
  *   "pcm16": data is little-endian signed 16-bit interleaved frames (length a multiple of
  *            2 * channels, 1 .. max_packet_ms of audio); resampled to 16 kHz. Lost packets are
@@ -243,7 +245,7 @@ rill_audio_packet_params_t rill_audio_packet_default_params(void);
  * RILL_EINVAL (out NULL, params out of range, unknown codec), RILL_ERANGE (rate or channels not
  * allowed for the codec), RILL_ENOMEM (*out untouched), RILL_EINTERNAL (libopus refused). */
 rill_err_t rill_audio_packet_decoder_new(const rill_audio_packet_params_t *params,
-                                         rill_audio_codec_t codec, int32_t rate, int32_t channels,
+                                         rill_audio_codec_t codec, int64_t rate, int64_t channels,
                                          rill_audio_packet_decoder_t **out);
 
 /* Destroys *dp and sets it to NULL. NULL-safe. */
@@ -261,7 +263,7 @@ size_t rill_audio_packet_out_max(const rill_audio_packet_decoder_t *d);
  * RILL_EFORMAT (empty data, a pcm16 length that is not whole frames or longer than max_packet_ms,
  * an Opus packet libopus refuses). Does not block or allocate. */
 int64_t rill_audio_packet_decode(rill_audio_packet_decoder_t *d, rill_audio_codec_t codec,
-                                 int32_t rate, int32_t channels, int64_t seq, const uint8_t *data,
+                                 int64_t rate, int64_t channels, int64_t seq, const uint8_t *data,
                                  size_t len, float *out, size_t cap);
 
 /* The sequence number the decoder expects next (-1 before the first packet; 0 for NULL). */

@@ -1031,7 +1031,7 @@ START_TEST(packet_pcm16) {
     uint8_t big[200000] = { 0 };
     const struct {
         rill_audio_codec_t codec;
-        int32_t rate, ch;
+        int64_t rate, ch;
         int64_t seq;
         const uint8_t *data;
         size_t len;
@@ -1047,6 +1047,8 @@ START_TEST(packet_pcm16) {
         { RILL_AUDIO_CODEC_OPUS, 48000, 2, 20, le, 4, 0, RILL_EINVAL },
         { RILL_AUDIO_CODEC_PCM16, 48000, 2, -1, le, 4, 0, RILL_EINVAL },
         { RILL_AUDIO_CODEC_PCM16, 48000, 2, INT64_MAX, le, 4, 0, RILL_EINVAL },
+        { RILL_AUDIO_CODEC_PCM16, ((int64_t)1 << 32) + 48000, 2, 20, le, 4, 0, RILL_EINVAL },
+        { RILL_AUDIO_CODEC_PCM16, 48000, ((int64_t)1 << 32) + 2, 20, le, 4, 0, RILL_EINVAL },
         { RILL_AUDIO_CODEC_PCM16, 48000, 2, 20, le, 4, 100, RILL_EFULL },
         { RILL_AUDIO_CODEC_PCM16, 48000, 2, 20, NULL, 4, 0, RILL_EINVAL },
     };
@@ -1102,7 +1104,7 @@ START_TEST(packet_absurd_formats) {
     rill_audio_packet_decoder_t *d = NULL;
     const struct {
         rill_audio_codec_t codec;
-        int32_t rate, ch;
+        int64_t rate, ch;
         rill_err_t want;
     } cases[] = {
         { RILL_AUDIO_CODEC_OPUS, 44100, 1, RILL_ERANGE },
@@ -1113,6 +1115,9 @@ START_TEST(packet_absurd_formats) {
         { RILL_AUDIO_CODEC_PCM16, 10000000, 1, RILL_ERANGE },
         { RILL_AUDIO_CODEC_PCM16, 16000, 0, RILL_ERANGE },
         { RILL_AUDIO_CODEC_PCM16, 16000, 300, RILL_ERANGE },
+        { RILL_AUDIO_CODEC_PCM16, ((int64_t)1 << 32) + 16000, 1, RILL_ERANGE }, /* no aliasing */
+        { RILL_AUDIO_CODEC_PCM16, 16000, ((int64_t)1 << 32) + 1, RILL_ERANGE },
+        { RILL_AUDIO_CODEC_OPUS, ((int64_t)1 << 32) + 48000, 1, RILL_ERANGE },
         { (rill_audio_codec_t)7, 16000, 1, RILL_EINVAL },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
