@@ -22,6 +22,9 @@ static const command_t commands[] = {
     { "logits", cmd_logits, "evaluate token ids from position 0 and write their logits" },
     { "bench", cmd_bench, "benchmarks: `rill bench model` (tokens/s), `rill bench stream`" },
     { "session-script", cmd_session_script, "run session commands from a script (tests, checks)" },
+#ifdef RILL_HAVE_AUDIO
+    { "devices", cmd_devices, "list audio input devices (PortAudio): index, name, channels, rate" },
+#endif
 #ifdef RILL_HAVE_SERVER
     { "serve", cmd_serve, "run the daemon (rilld): sessions over ZeroMQ, docs/protocol.md" },
     { "keygen", cmd_keygen, "write a CURVE key pair for rilld or a client" },

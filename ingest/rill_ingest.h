@@ -7,10 +7,13 @@
  *                       governor, the synthetic market
  *   rill_market_truth.h the true answers to the fixed market questions, the check of answers
  *   rill_text_ingest.h  raw text chunks to clean UTF-8 text (boundary-safe)
+ *   rill_audio.h        audio files, ingest.audio packets, live capture to 16 kHz mono; voice
+ *                       activity
  */
 #ifndef RILL_INGEST_H
 #define RILL_INGEST_H
 
+#include "rill_audio.h"
 #include "rill_market.h"
 #include "rill_market_truth.h"
 #include "rill_text_ingest.h"

@@ -7,6 +7,7 @@
 #   ticks    fuzz/fuzz_ticks.c    market ticks (msgpack, CSV), the rate governor, the text cleaner
 #   request  fuzz/fuzz_request.c  rilld's request decoder (wire/proto.c)
 #   http_json fuzz/fuzz_http_json.c  the HTTP door's JSON bodies into that decoder (server/json.c)
+#   audio    fuzz/fuzz_audio.c    the ingest.audio packet decoder (Opus, pcm16; ingest/audio_packet.c)
 # (the fuzz_ prefix may be given too). New inputs go to fuzz/corpus-run/TARGET (not checked in);
 # the seeds and regressions in fuzz/corpus/TARGET are read as well. Crashes are written to
 # BUILD/crashes/TARGET/: copy each one into fuzz/corpus/TARGET/ as a regression once it is fixed.
@@ -15,7 +16,8 @@ set -euo pipefail
 
 target=gguf
 case "${1:-}" in
-gguf | ticks | request | http_json | fuzz_gguf | fuzz_ticks | fuzz_request | fuzz_http_json)
+gguf | ticks | request | http_json | audio | fuzz_gguf | fuzz_ticks | fuzz_request | \
+    fuzz_http_json | fuzz_audio)
     target=${1#fuzz_}
     shift
     ;;
@@ -29,6 +31,7 @@ gguf) max_len=16384 ;;
 ticks) max_len=8192 ;;
 request) max_len=4096 ;;
 http_json) max_len=4096 ;;
+audio) max_len=8192 ;;
 esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FUZZ_BUILD:-$root/build-fuzz}

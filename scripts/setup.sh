@@ -35,7 +35,10 @@ apt_packages=(
     check                               # unit tests
     libpcre2-dev                        # tokenizer pre-tokenizer regexes
     libzmq3-dev libmsgpack-dev          # wire protocol
-    libopus-dev portaudio19-dev         # audio ingest
+    libopus-dev portaudio19-dev         # audio ingest: Opus packets, live capture (ingest/audio_*.c)
+    libsndfile1-dev                     # audio files: WAV, FLAC (ingest/audio_file.c)
+    libopusfile-dev                     # audio files: Ogg Opus (with libogg-dev; ingest/audio_file.c)
+    libsoxr-dev                         # resampling any rate to 16 kHz (ingest/audio_resample.c)
     libmicrohttpd-dev libjansson-dev    # rilld's HTTP front end (server/door_http.c)
     prometheus                          # promtool checks GET /metrics in the tests
     chromium chromium-driver            # the status page's browser test
