@@ -2,6 +2,7 @@
 """Converts a CTranslate2 Whisper checkpoint folder into the GGUF file rill loads.
 
     tools/whisper_to_gguf.py SRC_DIR OUT.gguf [--name NAME]
+    tools/whisper_to_gguf.py --pinned NAME      print the pinned sha256 of NAME's GGUF
 
 SRC_DIR holds what tools/fetch_model.py puts in the cache for a Whisper model: model.bin
 (CTranslate2's "WhisperSpec", fp16), config.json, tokenizer.json and vocabulary.txt. The layout of
@@ -321,10 +322,21 @@ def convert(src, out, name):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
-    ap.add_argument('src', help='CTranslate2 Whisper folder (model.bin, config.json, ...)')
-    ap.add_argument('out', help='GGUF file to write')
+    ap.add_argument('src', nargs='?', help='CTranslate2 Whisper folder (model.bin, ...)')
+    ap.add_argument('out', nargs='?', help='GGUF file to write')
     ap.add_argument('--name', help='general.name (default: from the pinned table or the folder)')
+    ap.add_argument('--pinned', metavar='NAME',
+                    help='print the pinned sha256 of the GGUF of NAME (e.g. whisper-tiny.en)')
     args = ap.parse_args()
+    if args.pinned:
+        hits = [sha for name, sha in PINNED.values() if name == args.pinned]
+        if not hits:
+            fail('no pin for %s (known: %s)'
+                 % (args.pinned, ', '.join(n for n, _ in PINNED.values())))
+        print(hits[0])
+        return
+    if not args.src or not args.out:
+        ap.error('SRC_DIR and OUT.gguf are required')
 
     for f in ('model.bin', 'config.json', 'tokenizer.json', 'vocabulary.txt'):
         if not os.path.isfile(os.path.join(args.src, f)):
