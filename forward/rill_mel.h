@@ -27,12 +27,13 @@
  * tests/test_whisper_mel.c; the derivation is in forward/whisper_mel.c's design note.
  *
  * Memory: fixed at creation, sized by max_samples: 4 * (max_samples + (max_samples / 160 + 1) *
- * n_mels + n_mels * 201) bytes plus FFTW's plan (a few KiB, allocated by FFTW itself, not
- * counted by rill_alloc). For 30 s and 80 mels: 2.9 MiB. Nothing is allocated after
+ * n_mels + n_mels * 201) bytes, a few KiB of scratch, and FFTW's plan (a few KiB, allocated by FFTW
+ * itself, not counted by rill_alloc). For 30 s and 80 mels: 2.9 MiB. Nothing is allocated after
  * rill_mel_new().
  *
  * Thread safety: a rill_mel_t is one thread at a time. Creating and destroying them is safe
- * from any number of threads (FFTW's planner is called under a lock of this module).
+ * from any number of threads (FFTW's planner, which is not thread-safe, is called under a lock
+ * of this module; no other part of rill calls FFTW).
  */
 #ifndef RILL_MEL_H
 #define RILL_MEL_H
@@ -50,6 +51,7 @@ extern "C" {
 #define RILL_MEL_HOP         160   /* samples between frames (10 ms) */
 #define RILL_MEL_N_FREQ      201   /* FFT bins per frame: N_FFT / 2 + 1 */
 #define RILL_MEL_MAX_MELS    512
+#define RILL_MEL_MAX_ABS     1e15f /* largest sample magnitude taken: (400 x 1e15)^2 < FLT_MAX */
 
 typedef struct rill_mel rill_mel_t;
 
@@ -67,10 +69,11 @@ void rill_mel_destroy(rill_mel_t **mp);
 /* Forgets all audio (the state of a new front end). */
 void rill_mel_reset(rill_mel_t *m);
 
-/* Appends x[0, n) (16 kHz mono, nominally in [-1, 1]; any finite value is taken) and computes
- * the frames that became final. Errors: RILL_EINVAL (NULL m, x == NULL with n > 0, n < 0, a
- * sample that is NaN or infinite), RILL_EFULL (the buffer would exceed max_samples: drop audio
- * first). On error nothing changes. Does not allocate; time O(n) (one FFT and one
+/* Appends x[0, n) (16 kHz mono, nominally in [-1, 1]) and computes the frames that became
+ * final. Errors: RILL_EINVAL (NULL m, x == NULL with n > 0, n < 0, a sample that is NaN or
+ * infinite), RILL_ERANGE (a sample beyond +-RILL_MEL_MAX_ABS, whose power would overflow
+ * float), RILL_EFULL (the buffer would exceed max_samples: drop audio first). On error nothing
+ * changes. Does not allocate; time O(n) (one FFT and one
  * n_mels x 201 product per 160 samples). */
 rill_err_t rill_mel_append(rill_mel_t *m, const float *x, int64_t n);
 

@@ -297,6 +297,17 @@ START_TEST(test_bad_input_changes_nothing) {
     ck_assert_int_eq(rill_mel_append(m, bad, 300), RILL_EINVAL);
     bad[123] = -INFINITY;
     ck_assert_int_eq(rill_mel_append(m, bad, 300), RILL_EINVAL);
+    bad[123] = -2e15f;
+    ck_assert_int_eq(rill_mel_append(m, bad, 300), RILL_ERANGE);
+    bad[123] = RILL_MEL_MAX_ABS; /* the largest taken: finite features */
+    rill_mel_t *big = make(300);
+    ck_assert_int_eq(rill_mel_append(big, bad, 300), RILL_OK);
+    float row[N_MELS * 2];
+    ck_assert_int_eq(rill_mel_features(big, 0, 2, row, 2), RILL_OK);
+    for (int i = 0; i < N_MELS * 2; i++) {
+        ck_assert(isfinite(row[i]));
+    }
+    rill_mel_destroy(&big);
     ck_assert_int_eq(rill_mel_append(m, x, 3001), RILL_EFULL); /* 5000 + 3001 > 8000 */
     ck_assert_int_eq(rill_mel_append(m, NULL, 5), RILL_EINVAL);
     ck_assert_int_eq(rill_mel_append(m, x, -1), RILL_EINVAL);
