@@ -16,8 +16,8 @@
  * Streaming cost (tests/test_whisper_mel.c prints it; 2 cores shared with other builds): a
  * sliding 30 s window advanced by 1 s (drop 1 s, append 1 s: 100 new frames, read all 3000
  * normalised) takes 1-3 ms; computing a 30 s window from scratch (3000 frames) 10-40 ms, so
- * even recomputing every second would be cheap next to the encoder. Per frame: one 400-point FFT and the mel
- * product over only the bins where each triangle is non-zero (about 5% of 80 x 201).
+ * even recomputing every second would be cheap next to the encoder. Per frame: one 400-point FFT
+ * and the mel product over only the bins where each triangle is non-zero (about 5% of 80 x 201).
  * The window slides with rill_mel_drop(): a memmove of what remains, the first two frames
  * recomputed (their left reflection changed) and the maximum re-taken over the cache.
  *
@@ -273,6 +273,9 @@ rill_err_t rill_mel_append(rill_mel_t *m, const float *x, int64_t n) {
             return rill__error(RILL_ERANGE, "rill_mel_append: sample %lld is %g, above %g",
                                (long long)i, (double)x[i], (double)RILL_MEL_MAX_ABS);
         }
+    }
+    if (n == 0) {
+        return RILL_OK; /* x may be NULL */
     }
     memcpy(m->audio + m->n, x, (size_t)n * sizeof(float));
     m->n += n;
