@@ -245,13 +245,15 @@ def greedy_ids(model, encoded, prompt):
 
 
 def write_decoder(models, out, index):
-    """Logits of the decoder at DEC_STEPS positions of a forced sequence: the prompt faster-whisper
-    uses without timestamps (sot, then notimestamps for .en) followed by the clip's greedy
-    transcript. CTranslate2's Whisper.generate forces the tokens of a prompt that follow its
-    sot sequence and, with return_logits_vocab, returns the logits of every forced position
-    too: one call on seq[:DEC_STEPS + 1] gives, at step j, the logits for the token after
-    seq[:j + 2], i.e. at decoder position pos = j + 1 (position 0 is sot). Suppression is off
-    (suppress_tokens=[], suppress_blank=False), so these are the raw logits."""
+    """Logits of the decoder at DEC_STEPS positions along the clip's greedy transcript: one
+    greedy generate() from the prompt faster-whisper uses without timestamps (sot, then
+    notimestamps for .en) with suppression off (suppress_tokens=[], suppress_blank=False), so
+    the rows are the raw logits; with return_logits_vocab, row j is the decoder's output at
+    position pos = j + 1 (position 0 is sot), i.e. for the token after sequence[0..pos]. The
+    sequence must be the greedy transcript with faster-whisper's suppression on (checked: the
+    suppressed tokens never win on these clips), so the rows are the logits of a fixed, known
+    token sequence. (Forcing the transcript as a longer prompt gives the same rows bit for
+    bit: CTranslate2 forces prompt tokens after the sot sequence and returns their logits.)"""
     import ctranslate2
     m = load_ct2(models, 'whisper-tiny.en')
     entries = {}
@@ -259,14 +261,14 @@ def write_decoder(models, out, index):
         x = encoder_input(samples_of(name))
         enc = m.encode(ctranslate2.StorageView.from_array(x[None]), to_cpu=True)
         prompt = [50257, 50362]
-        seq = prompt + greedy_ids(m, enc, prompt)
-        if len(seq) < DEC_STEPS + 1:
-            sys.exit('ref_whisper: %s: transcript shorter than %d tokens' % (name, DEC_STEPS))
-        r = m.generate(enc, [seq[:DEC_STEPS + 1]], beam_size=1, max_length=448,
-                       return_logits_vocab=True, suppress_tokens=[], suppress_blank=False)
+        r = m.generate(enc, [prompt], beam_size=1, max_length=448, return_logits_vocab=True,
+                       suppress_tokens=[], suppress_blank=False)
+        seq = prompt + r[0].sequences_ids[0]
+        if seq != prompt + greedy_ids(m, enc, prompt):
+            sys.exit('ref_whisper: %s: greedy path differs without suppression' % name)
         rows = [np.array(v, dtype=np.float32) for v in r[0].logits[0][:DEC_STEPS]]
         if len(rows) != DEC_STEPS:
-            sys.exit('ref_whisper: %s: CTranslate2 returned %d logit rows' % (name, len(rows)))
+            sys.exit('ref_whisper: %s: %d logit rows, need %d' % (name, len(rows), DEC_STEPS))
         top = []
         for j, row in enumerate(rows):
             order = np.argsort(-row, kind='stable')[:DEC_TOPK]
