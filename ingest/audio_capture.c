@@ -268,11 +268,7 @@ int64_t rill_audio_capture_read(rill_audio_capture_t *c, float *out, size_t n) {
     size_t got = 0;
     while (got < n) {
         if (c->pend_pos < c->pend_len) {
-            size_t k = c->pend_len - c->pend_pos;
-            k = k < n - got ? k : n - got;
-            memcpy(out + got, c->pend + c->pend_pos, k * sizeof *out);
-            c->pend_pos += k;
-            got += k;
+            got += rill__audio_take(out + got, n - got, c->pend, &c->pend_pos, c->pend_len);
             continue;
         }
         size_t k = rill_ring_pop_n(&c->ring, c->frames, RILL__AUDIO_BLOCK);

@@ -384,11 +384,7 @@ int64_t rill_audio_file_read(rill_audio_file_t *f, float *out, size_t n) {
     size_t got = 0;
     while (got < n) {
         if (f->pend_pos < f->pend_len) {
-            size_t k = f->pend_len - f->pend_pos;
-            k = k < n - got ? k : n - got;
-            memcpy(out + got, f->pend + f->pend_pos, k * sizeof *out);
-            f->pend_pos += k;
-            got += k;
+            got += rill__audio_take(out + got, n - got, f->pend, &f->pend_pos, f->pend_len);
             continue;
         }
         if (f->eof || f->failed != RILL_OK) {

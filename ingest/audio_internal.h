@@ -27,4 +27,8 @@ int64_t rill__audio_out_frames(int64_t frames, int32_t rate);
  * `what` and the value. */
 rill_err_t rill__audio_check_format(const char *what, int64_t rate, int64_t channels);
 
+/* Moves up to n samples of a source's pending block pend[*pos, len) to out, advancing *pos;
+ * returns how many (0 when the block is used up). */
+size_t rill__audio_take(float *out, size_t n, const float *pend, size_t *pos, size_t len);
+
 #endif /* RILL_AUDIO_INTERNAL_H */

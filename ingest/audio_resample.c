@@ -43,6 +43,14 @@ rill_err_t rill__audio_check_format(const char *what, int64_t rate, int64_t chan
     return RILL_OK;
 }
 
+size_t rill__audio_take(float *out, size_t n, const float *pend, size_t *pos, size_t len) {
+    size_t k = len - *pos;
+    k = k < n ? k : n;
+    memcpy(out, pend + *pos, k * sizeof *out);
+    *pos += k;
+    return k;
+}
+
 int64_t rill__audio_out_frames(int64_t frames, int32_t rate) {
     return (frames * RILL_AUDIO_RATE + rate - 1) / rate;
 }
