@@ -17,6 +17,8 @@
  *   - llama.cpp's own arithmetic for the non-matmul ops: the lane-by-lane statements in
  *     ggml_ref.c (exp, SiLU/SwiGLU, the softmax's chunk sums, ggml_vec_dot_f32/_f16/_bf16)
  *     against bits recorded from llama.cpp's CPU library (below), every backend's SwiGLU too;
+ *     and Q5_0 / Q5_1 (quantizer bytes, activation bytes, vec_dot bits, every backend's matmul)
+ *     the same way;
  *   - RoPE (both modes, partial rotation, the K shift) against the direct formula; attention over
  *     a non-identity page table with several sequences mixed in one batch, and over a run of
  *     consecutive tokens with a long history (the fast kernel's scratch splitting), against a
@@ -925,6 +927,75 @@ START_TEST(test_ggml_math_matches_llama_cpp) {
         ck_assert_uint_eq(f32_bits(rill__ggml_dot_float(RILL_DTYPE_BF16, wb, bb, n, false)),
                           golden_dots[c].bf16);
     }
+}
+END_TEST
+
+/* Q5_0 / Q5_1, recorded by tools/ggml_golden_q5.py from the same library: ggml_quantize_chunk of
+ * a 4 x 256 weight (FNV-1a 64 of the bytes), the CPU backend's activation quantizer of the vec_dot
+ * type (Q8_0 / Q8_1, its AVX2 code; FNV-1a 64), and vec_dot of each row with it (f32 bits). */
+static const struct {
+    rill_dtype_t t;
+    uint64_t weight_hash, act_hash;
+    uint32_t dots[4];
+} golden_q5[2] = {
+    { RILL_DTYPE_Q5_0,
+      0x9f7d63d4d2cf56d5ull,
+      0x4c59f0c6a6d26502ull,
+      { 0x438062ab, 0xc2fe8bce, 0x434343b5, 0xc2daed0e } },
+    { RILL_DTYPE_Q5_1,
+      0x3105394ad84ede89ull,
+      0xdd67beaafad0fcd2ull,
+      { 0x4381328d, 0xc2feef05, 0x4343515e, 0xc2da3362 } },
+};
+
+static uint64_t fnv1a64(const void *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* rill's quantizer, activation quantizer and dot (the reference statement, and every backend's
+ * matmul of one token) give llama.cpp's bytes and bits. */
+START_TEST(test_q5_matches_llama_cpp) {
+    enum { R = 4, N = 256 };
+    float w[R * N], x[N];
+    golden_input(w, R * N, -1, 1, 11);
+    memset(w + 3 * N, 0, 32 * sizeof(float)); /* a block with d = 0 */
+    golden_input(x, N, -3, 3, 12);
+    rill_backend_t *bs[B_COUNT];
+    make_all(bs);
+    for (int c = 0; c < 2; c++) {
+        const rill_dtype_t t = golden_q5[c].t;
+        const int64_t rb = rill_dtype_row_bytes(t, N);
+        uint8_t wq[R * 24 * N / 32], act[36 * N / 32];
+        for (int r = 0; r < R; r++) {
+            ck_assert_int_eq(rill_quantize_row(t, w + r * N, wq + r * rb, N), RILL_OK);
+        }
+        ck_assert_msg(fnv1a64(wq, (size_t)(R * rb)) == golden_q5[c].weight_hash,
+                      "%s: the quantized weight differs from ggml's", rill_dtype_name(t));
+        rill__act_quantize_ref(t, x, act, N);
+        ck_assert_msg(fnv1a64(act, (size_t)rill__act_row_bytes(t, N)) == golden_q5[c].act_hash,
+                      "%s: the activation row differs from llama.cpp's", rill_dtype_name(t));
+        for (int r = 0; r < R; r++) {
+            const float d = rill__dot_ggml(t, wq + r * rb, act, N, RILL__MM_VEC);
+            ck_assert_msg(f32_bits(d) == golden_q5[c].dots[r], "%s row %d: %08x vs %08x",
+                          rill_dtype_name(t), r, f32_bits(d), golden_q5[c].dots[r]);
+        }
+        for (int bi = 0; bi < B_COUNT; bi++) {
+            if (bs[bi] == NULL) {
+                continue;
+            }
+            float *y = run_matmul(bs[bi], t, wq, N, R, x, 1);
+            for (int r = 0; r < R; r++) {
+                ck_assert_msg(f32_bits(y[r]) == golden_q5[c].dots[r], "%s row %d on %s",
+                              rill_dtype_name(t), r, rill_backend_name(bs[bi]));
+            }
+            free(y);
+        }
+    }
+    destroy_all(bs);
 }
 END_TEST
 
@@ -3384,6 +3455,7 @@ static Suite *kernels_suite(void) {
     tc = tcase_create("ops");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_ggml_math_matches_llama_cpp);
+    tcase_add_test(tc, test_q5_matches_llama_cpp);
     tcase_add_test(tc, test_ops_elementwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_kv_store_placement);
