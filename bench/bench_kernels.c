@@ -69,8 +69,9 @@ static int parse_list(const char *s, char items[][16], int max) {
 
 static bool dtype_by_name(const char *name, rill_dtype_t *out) {
     static const rill_dtype_t all[] = { RILL_DTYPE_F32,  RILL_DTYPE_F16,  RILL_DTYPE_BF16,
-                                        RILL_DTYPE_Q4_0, RILL_DTYPE_Q4_1, RILL_DTYPE_Q8_0,
-                                        RILL_DTYPE_Q4_K, RILL_DTYPE_Q5_K, RILL_DTYPE_Q6_K };
+                                        RILL_DTYPE_Q4_0, RILL_DTYPE_Q4_1, RILL_DTYPE_Q5_0,
+                                        RILL_DTYPE_Q5_1, RILL_DTYPE_Q8_0, RILL_DTYPE_Q4_K,
+                                        RILL_DTYPE_Q5_K, RILL_DTYPE_Q6_K };
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
         if (strcmp(rill_dtype_name(all[i]), name) == 0) {
             *out = all[i];
@@ -188,7 +189,7 @@ static double time_attention(rill_backend_t *b, int32_t n_tok, int32_t n_ctx, do
 int main(int argc, char **argv) {
     rill_rand_seed(&rng, 0x243F6A8885A308D3ull);
     char types[16][16], threads_s[8][16], tokens_s[8][16];
-    int n_types = parse_list("q4_0,q4_1,q8_0,q4_k,q5_k,q6_k,f16,bf16,f32", types, 16);
+    int n_types = parse_list("q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,f16,bf16,f32", types, 16);
     int n_threads_list = parse_list("1,2", threads_s, 8);
     int n_tokens = parse_list("1,64,512", tokens_s, 8);
     bool with_ref = false, with_attn = true, with_matmul = true;

@@ -169,7 +169,7 @@ def main():
         infos[2]["offset"] = infos[1]["offset"]
 
     def bad_type(infos):
-        infos[0]["type"] = 6  # Q5_0: a ggml type rill does not have
+        infos[0]["type"] = 10  # Q2_K: a ggml type rill does not have
 
     def five_dims(infos):
         infos[1]["ne"] = [32, 1, 1, 1, 1]

@@ -116,6 +116,18 @@ INLINE AVX2 __m256i nibbles32(const uint8_t *p) {
     return _mm256_and_si256(_mm256_set1_epi8(0xF), both);
 }
 
+/* The 32 high bits of a Q5_0/Q5_1 block (qh, little-endian) as 32 bytes: byte j is 0xFF when
+ * bit j is set, else 0. Byte j takes qh byte j / 8 (shuffle), then keeps bit j % 8 (mask). */
+INLINE AVX2 __m256i bits32(const uint8_t *qh) {
+    int32_t h;
+    memcpy(&h, qh, sizeof h);
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                           0x0101010101010101, 0x0000000000000000);
+    const __m256i bit = _mm256_set1_epi64x((int64_t)0x8040201008040201ull);
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(h), pick);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+}
+
 /* Decodes the 12 packed scale bytes of Q4_K/Q5_K into 8 scales (low 128 bits) and 8 mins (high
  * 128 bits) as int16 (llama.cpp's utmp shuffle). */
 INLINE AVX2 __m256i k4_scales_mins(const uint8_t *scales) {
@@ -382,24 +394,54 @@ INLINE AVX2 void tile_q8_0_n(int64_t n, const void *w, const void *act, size_t a
 }
 TILE_ENTRY(tile_q8_0)
 
-/* ---- Q4_1 x Q8_1 ---------------------------------------------------------------------------- */
-
-INLINE AVX2 void tile_q4_1_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
+/* Q5_0 x Q8_0: the codes with bit 4 from qh, as signed bytes q - 16 (the nibble with 0xF0 set
+ * where bit 4 is clear), then Q8_0's step: ggml_vec_dot_q5_0_q8_0. */
+INLINE AVX2 void tile_q5_0_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
                              float *y, int64_t ys) {
-    const block_q4_1 *x = w;
+    const block_q5_0 *x = w;
+    const size_t so = side_offset(n / QK5_0, sizeof(block_q8_0));
+    __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                                 _mm256_setzero_ps() };
+    for (int64_t i = 0; i < n / QK5_0; i++) {
+        const __m256i hi = _mm256_andnot_si256(bits32(x[i].qh), _mm256_set1_epi8((char)0xF0));
+        const __m256i qx = _mm256_or_si256(nibbles32(x[i].qs), hi);
+        q8_0_step(qx, _mm256_set1_ps(fp16(x[i].d)), act, as, so, i, nt, acc);
+    }
+    UNROLL_T
+    for (int t = 0; t < nt; t++) {
+        y[t * ys] = hsum8(acc[t]);
+    }
+}
+TILE_ENTRY(tile_q5_0)
+
+/* ---- Q4_1, Q5_1 x Q8_1 ---------------------------------------------------------------------- */
+
+/* Shared body; q5 is a compile-time constant: Q5_1 ors bit 4 of each code in from qh (the block
+ * layouts differ only by qh between m and qs). ggml_vec_dot_q4_1_q8_1 / q5_1_q8_1. */
+INLINE AVX2 void tile_q41_body(const bool q5, int64_t n, const void *w, const void *act, size_t as,
+                               const int nt, float *y, int64_t ys) {
+    const size_t bsz = q5 ? sizeof(block_q5_1) : sizeof(block_q4_1);
     const int64_t nb = n / QK4_1;
     const size_t so = side_offset(nb, sizeof(block_q8_1));
     __m256 acc[RILL__TILE_T] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                                  _mm256_setzero_ps() };
     float summs[RILL__TILE_T] = { 0 };
     for (int64_t i = 0; i < nb; i++) {
+        const uint8_t *blk = (const uint8_t *)w + (size_t)i * bsz;
         /* d and m are adjacent f16s: one 32-bit load, one conversion for both */
         int32_t dm;
-        memcpy(&dm, &x[i].d, sizeof dm);
+        memcpy(&dm, blk, sizeof dm);
         const __m128 dmf = _mm_cvtph_ps(_mm_cvtsi32_si128(dm));
         const __m256 dw = _mm256_broadcastss_ps(dmf);
         const float mw = _mm_cvtss_f32(_mm_movehdup_ps(dmf));
-        const __m256i qx = nibbles32(x[i].qs);
+        __m256i qx;
+        if (q5) {
+            const __m256i hi =
+                _mm256_and_si256(bits32(blk + offsetof(block_q5_1, qh)), _mm256_set1_epi8(0x10));
+            qx = _mm256_or_si256(nibbles32(blk + offsetof(block_q5_1, qs)), hi);
+        } else {
+            qx = nibbles32(blk + offsetof(block_q4_1, qs));
+        }
         UNROLL_T
         for (int t = 0; t < nt; t++) {
             const float *sd = side(act, as, t, so);
@@ -415,7 +457,18 @@ INLINE AVX2 void tile_q4_1_n(int64_t n, const void *w, const void *act, size_t a
         y[t * ys] = hsum8(acc[t]) + summs[t];
     }
 }
+
+INLINE AVX2 void tile_q4_1_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
+                             float *y, int64_t ys) {
+    tile_q41_body(false, n, w, act, as, nt, y, ys);
+}
 TILE_ENTRY(tile_q4_1)
+
+INLINE AVX2 void tile_q5_1_n(int64_t n, const void *w, const void *act, size_t as, const int nt,
+                             float *y, int64_t ys) {
+    tile_q41_body(true, n, w, act, as, nt, y, ys);
+}
+TILE_ENTRY(tile_q5_1)
 
 /* ---- Q4_K, Q5_K x Q8_K ---------------------------------------------------------------------- */
 
@@ -1648,6 +1701,8 @@ static const rill__cpu_kernels_t avx2_kernels = {
         [RILL_DTYPE_BF16] = tile_bf16,
         [RILL_DTYPE_Q4_0] = tile_q4_0,
         [RILL_DTYPE_Q4_1] = tile_q4_1,
+        [RILL_DTYPE_Q5_0] = tile_q5_0,
+        [RILL_DTYPE_Q5_1] = tile_q5_1,
         [RILL_DTYPE_Q8_0] = tile_q8_0,
         [RILL_DTYPE_Q4_K] = tile_q4_K,
         [RILL_DTYPE_Q5_K] = tile_q5_K,
@@ -1676,6 +1731,8 @@ static const rill__cpu_kernels_t avx2_kernels = {
         [RILL_DTYPE_BF16] = act_bf16,
         [RILL_DTYPE_Q4_0] = act_q8_0,
         [RILL_DTYPE_Q4_1] = act_q8_1,
+        [RILL_DTYPE_Q5_0] = act_q8_0,
+        [RILL_DTYPE_Q5_1] = act_q8_1,
         [RILL_DTYPE_Q8_0] = act_q8_0,
         [RILL_DTYPE_Q4_K] = act_q8_K,
         [RILL_DTYPE_Q5_K] = act_q8_K,

@@ -53,6 +53,8 @@ SCALAR_TYPE(F16)
 SCALAR_TYPE(BF16)
 SCALAR_TYPE(Q4_0)
 SCALAR_TYPE(Q4_1)
+SCALAR_TYPE(Q5_0)
+SCALAR_TYPE(Q5_1)
 SCALAR_TYPE(Q8_0)
 SCALAR_TYPE(Q4_K)
 SCALAR_TYPE(Q5_K)
@@ -112,6 +114,8 @@ static const rill__cpu_kernels_t scalar_kernels = {
         [RILL_DTYPE_BF16] = tile_BF16,
         [RILL_DTYPE_Q4_0] = tile_Q4_0,
         [RILL_DTYPE_Q4_1] = tile_Q4_1,
+        [RILL_DTYPE_Q5_0] = tile_Q5_0,
+        [RILL_DTYPE_Q5_1] = tile_Q5_1,
         [RILL_DTYPE_Q8_0] = tile_Q8_0,
         [RILL_DTYPE_Q4_K] = tile_Q4_K,
         [RILL_DTYPE_Q5_K] = tile_Q5_K,
@@ -121,7 +125,8 @@ static const rill__cpu_kernels_t scalar_kernels = {
     {                                                                       \
         [RILL_DTYPE_F32] = prefix##F32, [RILL_DTYPE_F16] = prefix##F16,     \
         [RILL_DTYPE_BF16] = prefix##BF16, [RILL_DTYPE_Q4_0] = prefix##Q4_0, \
-        [RILL_DTYPE_Q4_1] = prefix##Q4_1, [RILL_DTYPE_Q8_0] = prefix##Q8_0, \
+        [RILL_DTYPE_Q4_1] = prefix##Q4_1, [RILL_DTYPE_Q5_0] = prefix##Q5_0, \
+        [RILL_DTYPE_Q5_1] = prefix##Q5_1, [RILL_DTYPE_Q8_0] = prefix##Q8_0, \
         [RILL_DTYPE_Q4_K] = prefix##Q4_K, [RILL_DTYPE_Q5_K] = prefix##Q5_K, \
         [RILL_DTYPE_Q6_K] = prefix##Q6_K,                                   \
     }
@@ -135,6 +140,8 @@ static const rill__cpu_kernels_t scalar_kernels = {
         [RILL_DTYPE_BF16] = act_BF16,
         [RILL_DTYPE_Q4_0] = act_Q4_0,
         [RILL_DTYPE_Q4_1] = act_Q4_1,
+        [RILL_DTYPE_Q5_0] = act_Q5_0,
+        [RILL_DTYPE_Q5_1] = act_Q5_1,
         [RILL_DTYPE_Q8_0] = act_Q8_0,
         [RILL_DTYPE_Q4_K] = act_Q4_K,
         [RILL_DTYPE_Q5_K] = act_Q5_K,

@@ -104,7 +104,8 @@ typedef enum rill__mm_path {
  *   Q4_K          when ne1 % 8 == 0 (not the embedding): REPACK4 for tokens below
  *                 n_tok - n_tok % 4 once n_tok >= 4, REPACK for the rest; else as Q5_K;
  *   Q5_K, Q6_K    GEMM from 8 tokens, else VEC;
- *   Q4_1, Q8_0    VEC (their other kernels give the same bits). */
+ *   Q4_1, Q5_0, Q5_1, Q8_0  VEC (their other kernels, tinyBLAS for Q5_0/Q8_0, give the same
+ *                 bits). */
 rill__mm_path_t rill__mm_path(rill_dtype_t t, int64_t ne0, int64_t ne1, bool embedding,
                               int64_t n_tok, int64_t tok);
 

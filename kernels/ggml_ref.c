@@ -258,8 +258,10 @@ static float hsum_4(const float *x) {
     return (x[0] + x[2]) + (x[1] + x[3]);
 }
 
-/* Q4_0 / Q8_0 x Q8_0: per block, 8 lanes of 4 products, acc_l = fma(d_w d_a, lane_l, acc_l)
- * (ggml_vec_dot_q4_0/q8_0_q8_0); repacked Q4_0: the block's whole sum, one FMA per block. */
+/* Q4_0 / Q5_0 / Q8_0 x Q8_0: per block, 8 lanes of 4 products of the signed codes (q - 8,
+ * q - 16, q), acc_l = fma(d_w d_a, lane_l, acc_l) (ggml_vec_dot_q4_0/q5_0/q8_0_q8_0, and
+ * tinyBLAS for Q4_0/Q5_0/Q8_0 batches, which forms the same lanes and steps); repacked Q4_0: the
+ * block's whole sum, one FMA per block. */
 static float dot_q8_lanes(rill_dtype_t wt, const void *w, const block_q8_0 *a, int64_t nb,
                           bool repack) {
     float acc[8] = { 0 }, racc = 0.0f;
@@ -271,6 +273,14 @@ static float dot_q8_lanes(rill_dtype_t wt, const void *w, const block_q8_0 *a, i
             for (int b = 0; b < 16; b++) {
                 q[b] = (int8_t)((x->qs[b] & 0xF) - 8);
                 q[b + 16] = (int8_t)((x->qs[b] >> 4) - 8);
+            }
+            dh = x->d;
+        } else if (wt == RILL_DTYPE_Q5_0) {
+            const block_q5_0 *x = (const block_q5_0 *)w + i;
+            uint8_t u[32];
+            rill__q5_codes(x->qs, x->qh, u);
+            for (int b = 0; b < 32; b++) {
+                q[b] = (int8_t)(u[b] - 16);
             }
             dh = x->d;
         } else {
@@ -294,18 +304,27 @@ static float dot_q8_lanes(rill_dtype_t wt, const void *w, const block_q8_0 *a, i
     return repack ? racc : rill__hsum_a(acc);
 }
 
-/* Q4_1 x Q8_1 (ggml_vec_dot_q4_1_q8_1): lanes as above with unsigned codes, plus the min term
- * summed separately: summs = fma(m_w, s_a, summs). */
-static float dot_q4_1_lanes(const block_q4_1 *x, const block_q8_1 *a, int64_t nb) {
+/* Q4_1 / Q5_1 x Q8_1 (ggml_vec_dot_q4_1/q5_1_q8_1): lanes as above with unsigned codes, plus
+ * the min term summed separately: summs = fma(m_w, s_a, summs). */
+static float dot_q4_1_lanes(rill_dtype_t wt, const void *w, const block_q8_1 *a, int64_t nb) {
     float acc[8] = { 0 }, summs = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
         uint8_t q[32];
-        for (int b = 0; b < 16; b++) {
-            q[b] = x[i].qs[b] & 0xF;
-            q[b + 16] = x[i].qs[b] >> 4;
+        uint16_t dh, mh;
+        if (wt == RILL_DTYPE_Q4_1) {
+            const block_q4_1 *x = (const block_q4_1 *)w + i;
+            for (int b = 0; b < 16; b++) {
+                q[b] = x->qs[b] & 0xF;
+                q[b + 16] = x->qs[b] >> 4;
+            }
+            dh = x->d, mh = x->m;
+        } else {
+            const block_q5_1 *x = (const block_q5_1 *)w + i;
+            rill__q5_codes(x->qs, x->qh, q);
+            dh = x->d, mh = x->m;
         }
-        summs = fmaf(rill_fp16_to_f32(x[i].m), rill_fp16_to_f32(a[i].s), summs);
-        const float d = rill_fp16_to_f32(x[i].d) * rill_fp16_to_f32(a[i].d);
+        summs = fmaf(rill_fp16_to_f32(mh), rill_fp16_to_f32(a[i].s), summs);
+        const float d = rill_fp16_to_f32(dh) * rill_fp16_to_f32(a[i].d);
         for (int l = 0; l < 8; l++) {
             acc[l] = fmaf(d, (float)lane4(q, a[i].qs, 4 * l), acc[l]);
         }
@@ -448,10 +467,12 @@ float rill__dot_ggml(rill_dtype_t wt, const void *w, const void *act, int64_t n,
     case RILL_DTYPE_BF16:
         return rill__ggml_dot_float(wt, w, act, n, path == RILL__MM_GEMM);
     case RILL_DTYPE_Q4_0:
+    case RILL_DTYPE_Q5_0:
     case RILL_DTYPE_Q8_0:
         return dot_q8_lanes(wt, w, act, n / QK8_0, path == RILL__MM_REPACK);
     case RILL_DTYPE_Q4_1:
-        return dot_q4_1_lanes(w, act, n / QK4_1);
+    case RILL_DTYPE_Q5_1:
+        return dot_q4_1_lanes(wt, w, act, n / QK4_1);
     case RILL_DTYPE_Q4_K:
     case RILL_DTYPE_Q5_K:
         return dot_k4(wt, w, act, n / QK_K, path);

@@ -1,6 +1,6 @@
 /*
- * quant.c - f16/bf16 conversions, the 32-value block formats, and the row dispatch of
- * rill_quant.h (K-quants live in quant_k.c).
+ * quant.c - f16/bf16 conversions, the 32-value block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q8_1), and the row dispatch of rill_quant.h (K-quants live in quant_k.c).
  *
  * Design: plain C that states the arithmetic once. The activation quantizers (Q8_0, Q8_1) follow
  * the AVX2 code path of llama.cpp rather than ggml's "_ref" functions, because that is what the
@@ -99,8 +99,10 @@ int rill_dtype_vec_dot_type(rill_dtype_t t) {
     case RILL_DTYPE_Q8_K:
         return (int)t;
     case RILL_DTYPE_Q4_0:
+    case RILL_DTYPE_Q5_0:
         return RILL_DTYPE_Q8_0;
     case RILL_DTYPE_Q4_1:
+    case RILL_DTYPE_Q5_1:
         return RILL_DTYPE_Q8_1;
     case RILL_DTYPE_Q4_K:
     case RILL_DTYPE_Q5_K:
@@ -207,6 +209,62 @@ static void quantize_row_q4_1(const float *x, block_q4_1 *y, int64_t n) {
     }
 }
 
+/* The 32 five-bit codes q[] of a block into its nibbles and high bits. */
+static void pack_q5(const uint8_t q[32], uint8_t qs[16], uint8_t qh[4]) {
+    uint32_t h = 0;
+    for (int j = 0; j < 16; j++) {
+        qs[j] = (uint8_t)((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+        h |= (uint32_t)(q[j] >> 4) << j;
+        h |= (uint32_t)(q[j + 16] >> 4) << (j + 16);
+    }
+    for (int b = 0; b < 4; b++) {
+        qh[b] = (uint8_t)(h >> (8 * b)); /* little-endian, as ggml stores it */
+    }
+}
+
+/* ggml's quantize_row_q5_0_ref: as Q4_0 with 32 levels, the extreme value mapping to -16. */
+static void quantize_row_q5_0(const float *x, block_q5_0 *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK5_0; i++, x += QK5_0) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK5_0; j++) {
+            if (amax < fabsf(x[j])) {
+                amax = fabsf(x[j]);
+                max = x[j];
+            }
+        }
+        const float d = max / -16;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t q[QK5_0];
+        for (int j = 0; j < QK5_0; j++) {
+            const int v = (int8_t)(x[j] * id + 16.5f);
+            q[j] = (uint8_t)(v > 31 ? 31 : v);
+        }
+        y[i].d = rill_f32_to_fp16(d);
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
+/* ggml's quantize_row_q5_1_ref: 32 levels between the block's min and max. */
+static void quantize_row_q5_1(const float *x, block_q5_1 *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK5_1; i++, x += QK5_1) {
+        float min = FLT_MAX, max = -FLT_MAX;
+        for (int j = 0; j < QK5_1; j++) {
+            min = x[j] < min ? x[j] : min;
+            max = x[j] > max ? x[j] : max;
+        }
+        const float d = (max - min) / 31;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        uint8_t q[QK5_1];
+        for (int j = 0; j < QK5_1; j++) {
+            /* (x - min) * id lies in [0, 31 + a rounding]: no clamp needed, as in ggml */
+            q[j] = (uint8_t)((x[j] - min) * id + 0.5f);
+        }
+        y[i].d = rill_f32_to_fp16(d);
+        y[i].m = rill_f32_to_fp16(min);
+        pack_q5(q, y[i].qs, y[i].qh);
+    }
+}
+
 static void dequantize_row_q4_0(const block_q4_0 *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n / QK4_0; i++, y += QK4_0) {
         const float d = rill_fp16_to_f32(x[i].d);
@@ -224,6 +282,29 @@ static void dequantize_row_q4_1(const block_q4_1 *x, float *y, int64_t n) {
         for (int j = 0; j < QK4_1 / 2; j++) {
             y[j] = (float)(x[i].qs[j] & 0xF) * d + m;
             y[j + QK4_1 / 2] = (float)(x[i].qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+static void dequantize_row_q5_0(const block_q5_0 *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK5_0; i++, y += QK5_0) {
+        const float d = rill_fp16_to_f32(x[i].d);
+        uint8_t q[QK5_0];
+        rill__q5_codes(x[i].qs, x[i].qh, q);
+        for (int j = 0; j < QK5_0; j++) {
+            y[j] = (float)(q[j] - 16) * d;
+        }
+    }
+}
+
+static void dequantize_row_q5_1(const block_q5_1 *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n / QK5_1; i++, y += QK5_1) {
+        const float d = rill_fp16_to_f32(x[i].d);
+        const float m = rill_fp16_to_f32(x[i].m);
+        uint8_t q[QK5_1];
+        rill__q5_codes(x[i].qs, x[i].qh, q);
+        for (int j = 0; j < QK5_1; j++) {
+            y[j] = (float)q[j] * d + m;
         }
     }
 }
@@ -277,6 +358,12 @@ rill_err_t rill_dequantize_row(rill_dtype_t t, const void *src, float *dst, int6
     case RILL_DTYPE_Q4_1:
         dequantize_row_q4_1(src, dst, n);
         break;
+    case RILL_DTYPE_Q5_0:
+        dequantize_row_q5_0(src, dst, n);
+        break;
+    case RILL_DTYPE_Q5_1:
+        dequantize_row_q5_1(src, dst, n);
+        break;
     case RILL_DTYPE_Q8_0:
         dequantize_row_q8_0(src, dst, n);
         break;
@@ -323,6 +410,12 @@ rill_err_t rill_quantize_row(rill_dtype_t t, const float *src, void *dst, int64_
         break;
     case RILL_DTYPE_Q4_1:
         quantize_row_q4_1(src, dst, n);
+        break;
+    case RILL_DTYPE_Q5_0:
+        quantize_row_q5_0(src, dst, n);
+        break;
+    case RILL_DTYPE_Q5_1:
+        quantize_row_q5_1(src, dst, n);
         break;
     case RILL_DTYPE_Q8_0:
         rill__quantize_row_q8_0(src, dst, n);

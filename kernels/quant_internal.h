@@ -22,6 +22,8 @@
 
 #define QK4_0 32
 #define QK4_1 32
+#define QK5_0 32
+#define QK5_1 32
 #define QK8_0 32
 #define QK8_1 32
 #define QK_K  256
@@ -36,6 +38,19 @@ typedef struct block_q4_1 {
     uint16_t m; /* f16 minimum */
     uint8_t qs[QK4_1 / 2];
 } block_q4_1;
+
+typedef struct block_q5_0 {
+    uint16_t d;            /* f16 scale */
+    uint8_t qh[4];         /* bit 4 of value j is bit j of this little-endian uint32 */
+    uint8_t qs[QK5_0 / 2]; /* bits 0..3, nibbles as in Q4_0 */
+} block_q5_0;
+
+typedef struct block_q5_1 {
+    uint16_t d; /* f16 scale */
+    uint16_t m; /* f16 minimum */
+    uint8_t qh[4];
+    uint8_t qs[QK5_1 / 2];
+} block_q5_1;
 
 typedef struct block_q8_0 {
     uint16_t d; /* f16 scale */
@@ -78,6 +93,8 @@ typedef struct block_q8_K {
 
 _Static_assert(sizeof(block_q4_0) == 18, "q4_0 block size");
 _Static_assert(sizeof(block_q4_1) == 20, "q4_1 block size");
+_Static_assert(sizeof(block_q5_0) == 22, "q5_0 block size");
+_Static_assert(sizeof(block_q5_1) == 24, "q5_1 block size");
 _Static_assert(sizeof(block_q8_0) == 34, "q8_0 block size");
 _Static_assert(sizeof(block_q8_1) == 36, "q8_1 block size");
 _Static_assert(sizeof(block_q4_K) == 144, "q4_K block size");
@@ -95,6 +112,17 @@ static inline int rill__nearest_int(float x) {
     int32_t i;
     memcpy(&i, &v, sizeof i);
     return (i & 0x007fffff) - 0x00400000;
+}
+
+/* The 32 five-bit codes (0..31) of a Q5_0/Q5_1 block in value order: value j < 16 is the low
+ * nibble of qs[j], value j >= 16 the high nibble of qs[j - 16]; bit 4 is bit j of qh. */
+static inline void rill__q5_codes(const uint8_t qs[16], const uint8_t qh[4], uint8_t q[32]) {
+    const uint32_t h =
+        (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+    for (int j = 0; j < 16; j++) {
+        q[j] = (uint8_t)((qs[j] & 0xF) | (((h >> j) & 1u) << 4));
+        q[j + 16] = (uint8_t)((qs[j] >> 4) | (((h >> (j + 16)) & 1u) << 4));
+    }
 }
 
 /* The j-th (0..7) 6-bit scale and min of a Q4_K/Q5_K block's 12 packed bytes. */

@@ -11,9 +11,9 @@
  *     produces on x86 (AVX2 build) for the same floats. The matmul of a weight type first turns
  *     its f32 input row into that weight type's "vec_dot type" (rill_dtype_vec_dot_type), as
  *     llama.cpp does, so that rill's logits follow llama.cpp's rounding.
- *   - weight types (Q4_0, Q4_1 bit-exact with ggml's reference quantizer; Q4_K, Q5_K, Q6_K a
- *     simpler scale search than ggml's, same layout): meant for tests and tools, not for making
- *     model files that must match llama-quantize byte for byte.
+ *   - weight types (Q4_0, Q4_1, Q5_0, Q5_1 bit-exact with ggml's reference quantizer; Q4_K,
+ *     Q5_K, Q6_K a simpler scale search than ggml's, same layout): meant for tests and tools, not
+ *     for making model files that must match llama-quantize byte for byte.
  *
  * Conversions: f32 -> f16 rounds to nearest even (overflow gives infinity, NaN stays NaN, quiet),
  * exactly like the F16C instruction VCVTPS2PH; f32 -> bf16 rounds to nearest even and keeps
@@ -46,13 +46,13 @@ float rill_bf16_to_f32(uint16_t h);
 uint16_t rill_f32_to_bf16(float x);
 
 /* The type llama.cpp converts the f32 activations to before multiplying them with a weight of
- * type t: Q4_0 -> Q8_0, Q4_1 -> Q8_1, Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K, F16 -> F16,
- * BF16 -> BF16, F32 -> F32. Returns t itself for the activation types Q8_1 and Q8_K, and -1
- * when t is not a type of rill_dtype.h. */
+ * type t: Q4_0/Q5_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q8_0 -> Q8_0, Q4_K/Q5_K/Q6_K -> Q8_K,
+ * F16 -> F16, BF16 -> BF16, F32 -> F32. Returns t itself for the activation types Q8_1 and Q8_K,
+ * and -1 when t is not a type of rill_dtype.h. */
 int rill_dtype_vec_dot_type(rill_dtype_t t);
 
-/* True when t can be the weight of a matmul (F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K,
- * Q6_K). Q8_1 and Q8_K are activation-only types. */
+/* True when t can be the weight of a matmul (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q4_K, Q5_K, Q6_K). Q8_1 and Q8_K are activation-only types. */
 bool rill_dtype_is_weight(rill_dtype_t t);
 
 /* Decodes n values of type t from src (rill_dtype_row_bytes(t, n) bytes) into dst[n].

@@ -11,6 +11,8 @@
  * The formulas (w = weight block, a = act block):
  *   q4_0 . q8_0 : sum_b d_w d_a sum_j (q_j - 8) a_j
  *   q4_1 . q8_1 : sum_b d_w d_a sum_j q_j a_j + m_w s_a     (s_a = f16(d_a sum_j a_j), stored)
+ *   q5_0 . q8_0 : sum_b d_w d_a sum_j (q_j - 16) a_j          (5-bit q)
+ *   q5_1 . q8_1 : sum_b d_w d_a sum_j q_j a_j + m_w s_a     (5-bit q)
  *   q8_0 . q8_0 : sum_b d_w d_a sum_j q_j a_j
  *   q4_K . q8_K : sum_B d_a (d_w sum_s sc_s sum_j q_j a_j - dmin_w sum_s m_s bsum_s)
  *   q5_K . q8_K : same with 5-bit q
@@ -39,6 +41,35 @@ static double dot_q4_1(const block_q4_1 *x, const block_q8_1 *y, int64_t nb) {
         for (int j = 0; j < QK4_1 / 2; j++) {
             isum += (x[i].qs[j] & 0xF) * y[i].qs[j];
             isum += (x[i].qs[j] >> 4) * y[i].qs[j + QK4_1 / 2];
+        }
+        sum += (double)rill_fp16_to_f32(x[i].d) * rill_fp16_to_f32(y[i].d) * isum;
+        sum += (double)rill_fp16_to_f32(x[i].m) * rill_fp16_to_f32(y[i].s);
+    }
+    return sum;
+}
+
+static double dot_q5_0(const block_q5_0 *x, const block_q8_0 *y, int64_t nb) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t q[QK5_0];
+        rill__q5_codes(x[i].qs, x[i].qh, q);
+        int isum = 0;
+        for (int j = 0; j < QK5_0; j++) {
+            isum += (q[j] - 16) * y[i].qs[j];
+        }
+        sum += (double)rill_fp16_to_f32(x[i].d) * rill_fp16_to_f32(y[i].d) * isum;
+    }
+    return sum;
+}
+
+static double dot_q5_1(const block_q5_1 *x, const block_q8_1 *y, int64_t nb) {
+    double sum = 0.0;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t q[QK5_1];
+        rill__q5_codes(x[i].qs, x[i].qh, q);
+        int isum = 0;
+        for (int j = 0; j < QK5_1; j++) {
+            isum += q[j] * y[i].qs[j];
         }
         sum += (double)rill_fp16_to_f32(x[i].d) * rill_fp16_to_f32(y[i].d) * isum;
         sum += (double)rill_fp16_to_f32(x[i].m) * rill_fp16_to_f32(y[i].s);
@@ -143,6 +174,10 @@ double rill__dot_ref(rill_dtype_t wt, const void *w, const void *act, int64_t n)
         return dot_q4_0(w, act, n / QK4_0);
     case RILL_DTYPE_Q4_1:
         return dot_q4_1(w, act, n / QK4_1);
+    case RILL_DTYPE_Q5_0:
+        return dot_q5_0(w, act, n / QK5_0);
+    case RILL_DTYPE_Q5_1:
+        return dot_q5_1(w, act, n / QK5_1);
     case RILL_DTYPE_Q8_0:
         return dot_q8_0(w, act, n / QK8_0);
     case RILL_DTYPE_Q4_K:

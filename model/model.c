@@ -89,6 +89,8 @@ bool rill_model_matrix_type_supported(rill_dtype_t t) {
     case RILL_DTYPE_Q8_0:
     case RILL_DTYPE_Q4_0:
     case RILL_DTYPE_Q4_1:
+    case RILL_DTYPE_Q5_0:
+    case RILL_DTYPE_Q5_1:
     case RILL_DTYPE_Q4_K:
     case RILL_DTYPE_Q5_K:
     case RILL_DTYPE_Q6_K:

@@ -23,7 +23,8 @@
  * tensor through the log callback.
  *
  * Weight types: 2-D matrices (token_embd, output, attention and FFN projections) may be F32, F16,
- * BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K; norms, biases and rope_freqs must be F32.
+ * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K; norms, biases and rope_freqs must be
+ * F32.
  *
  * Thread safety: a rill_model_t is immutable after load and may be shared by any number of
  * threads. It is reference-counted (STYLE.md rule 9): rill_model_retain() adds a reference,

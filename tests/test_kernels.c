@@ -17,6 +17,8 @@
  *   - llama.cpp's own arithmetic for the non-matmul ops: the lane-by-lane statements in
  *     ggml_ref.c (exp, SiLU/SwiGLU, the softmax's chunk sums, ggml_vec_dot_f32/_f16/_bf16)
  *     against bits recorded from llama.cpp's CPU library (below), every backend's SwiGLU too;
+ *     and Q5_0 / Q5_1 (quantizer bytes, activation bytes, vec_dot bits, every backend's matmul)
+ *     the same way;
  *   - RoPE (both modes, partial rotation, the K shift) against the direct formula; attention over
  *     a non-identity page table with several sequences mixed in one batch, and over a run of
  *     consecutive tokens with a long history (the fast kernel's scratch splitting), against a
@@ -255,6 +257,43 @@ START_TEST(test_dequant_q4_0_q4_1) {
 }
 END_TEST
 
+/* Q5_0 / Q5_1: value j's low 4 bits as in Q4_0 (j < 16: low nibble of qs[j], else high nibble
+ * of qs[j - 16]), bit 4 = bit j of qh read as a little-endian uint32. */
+START_TEST(test_dequant_q5_0_q5_1) {
+    uint8_t b0[22], b1[24];
+    float y[32];
+    const uint32_t qh = 0xA5C3F00Fu; /* a different bit pattern in each byte */
+    b0[0] = 0x00;                    /* d = 0.5 */
+    b0[1] = 0x38;
+    for (int k = 0; k < 4; k++) {
+        b0[2 + k] = (uint8_t)(qh >> (8 * k));
+    }
+    for (int j = 0; j < 16; j++) {
+        b0[6 + j] = (uint8_t)(j | ((15 - j) << 4));
+    }
+    dequant(RILL_DTYPE_Q5_0, b0, y, 32);
+    for (int j = 0; j < 32; j++) {
+        const int lo = j < 16 ? j : 15 - (j - 16);
+        const int q = lo | (int)((qh >> j) & 1u) << 4;
+        ck_assert_msg(y[j] == (float)(q - 16) * 0.5f, "q5_0 value %d: %g", j, (double)y[j]);
+    }
+    ck_assert(y[15] == 7.5f && y[4] == -6.0f && y[31] == 0.0f); /* q 31, 4, 16 */
+
+    b1[0] = 0x00; /* d = 0.25 */
+    b1[1] = 0x34;
+    b1[2] = 0x00; /* m = -1.0 */
+    b1[3] = 0xBC;
+    memcpy(b1 + 4, b0 + 2, 20);
+    dequant(RILL_DTYPE_Q5_1, b1, y, 32);
+    for (int j = 0; j < 32; j++) {
+        const int lo = j < 16 ? j : 15 - (j - 16);
+        const int q = lo | (int)((qh >> j) & 1u) << 4;
+        ck_assert_msg(y[j] == (float)q * 0.25f - 1.0f, "q5_1 value %d: %g", j, (double)y[j]);
+    }
+    ck_assert(y[15] == 6.75f && y[4] == 0.0f && y[31] == 3.0f);
+}
+END_TEST
+
 START_TEST(test_dequant_q8_0_q8_1_q8_K) {
     uint8_t b0[34], b1[36];
     float y[256];
@@ -417,13 +456,22 @@ static float bound_q8(const float *x, int n) { /* half a step plus the f16 round
 static float bound_q4_0(const float *x, int n) { /* a full step: the far extreme clamps */
     return max_abs(x, n) / 8.0f * 1.01f;
 }
-static float bound_q4_1(const float *x, int n) {
+static float bound_q5_0(const float *x, int n) { /* as Q4_0 with 32 levels */
+    return max_abs(x, n) / 16.0f * 1.01f;
+}
+static float bound_min_max(const float *x, int n, float levels) {
     float lo = x[0], hi = x[0];
     for (int i = 1; i < n; i++) {
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
     }
-    return (hi - lo) / 15.0f * (0.5f + 15.0f * 0x1p-11f) + fabsf(lo) * 0x1p-11f + 1e-7f;
+    return (hi - lo) / levels * (0.5f + levels * 0x1p-11f) + fabsf(lo) * 0x1p-11f + 1e-7f;
+}
+static float bound_q4_1(const float *x, int n) {
+    return bound_min_max(x, n, 15.0f);
+}
+static float bound_q5_1(const float *x, int n) {
+    return bound_min_max(x, n, 31.0f);
 }
 /* K-quants: sub-block scales are themselves quantized (6 or 8 bits), so the bound is a fraction
  * of the super-block's largest magnitude: 2 steps of the coarsest sub-block. */
@@ -455,6 +503,7 @@ START_TEST(test_round_trip) {
     } cases[] = {
         { RILL_DTYPE_Q8_0, 32, bound_q8 },    { RILL_DTYPE_Q8_1, 32, bound_q8 },
         { RILL_DTYPE_Q4_0, 32, bound_q4_0 },  { RILL_DTYPE_Q4_1, 32, bound_q4_1 },
+        { RILL_DTYPE_Q5_0, 32, bound_q5_0 },  { RILL_DTYPE_Q5_1, 32, bound_q5_1 },
         { RILL_DTYPE_Q4_K, 256, bound_q4_K }, { RILL_DTYPE_Q5_K, 256, bound_q5_K },
         { RILL_DTYPE_Q6_K, 256, bound_q6_K }, { RILL_DTYPE_Q8_K, 256, bound_q8_K },
         { RILL_DTYPE_F16, 1, bound_f16 },     { RILL_DTYPE_BF16, 1, bound_bf16 },
@@ -530,8 +579,10 @@ static const mm_case_t mm_cases[] = {
     { RILL_DTYPE_BF16, 67, 8e-3f },  { RILL_DTYPE_F32, 96, 1e-6f },
     { RILL_DTYPE_F16, 96, 1e-3f },   { RILL_DTYPE_BF16, 96, 8e-3f },
     { RILL_DTYPE_Q4_0, 96, 2e-2f },  { RILL_DTYPE_Q4_1, 96, 2e-2f },
-    { RILL_DTYPE_Q8_0, 96, 2e-2f },  { RILL_DTYPE_Q4_K, 512, 2e-2f },
-    { RILL_DTYPE_Q5_K, 512, 2e-2f }, { RILL_DTYPE_Q6_K, 512, 2e-2f },
+    { RILL_DTYPE_Q5_0, 96, 2e-2f },  { RILL_DTYPE_Q5_1, 96, 2e-2f },
+    { RILL_DTYPE_Q5_0, 896, 2e-2f }, { RILL_DTYPE_Q8_0, 96, 2e-2f },
+    { RILL_DTYPE_Q4_K, 512, 2e-2f }, { RILL_DTYPE_Q5_K, 512, 2e-2f },
+    { RILL_DTYPE_Q6_K, 512, 2e-2f },
 };
 
 #define FAST_TOL 1e-5f
@@ -627,11 +678,13 @@ END_TEST
  *   - a 17-token batch (2 threads) against its first 8 tokens as a batch of their own (1 thread;
  *     the same kernel class everywhere): identical;
  *   - a token alone: identical wherever llama.cpp runs the same kernel for it in both (Q4_0,
- *     Q4_1, Q8_0 always; repacked Q4_K for token 16, the batch's gemv remainder). */
+ *     Q4_1, Q5_0, Q5_1, Q8_0 always; repacked Q4_K for token 16, the batch's gemv remainder). */
 static bool single_same_as_batch(rill_dtype_t t, int64_t n_out, int64_t tok, int64_t n_tok) {
     switch (t) {
     case RILL_DTYPE_Q4_0:
     case RILL_DTYPE_Q4_1:
+    case RILL_DTYPE_Q5_0:
+    case RILL_DTYPE_Q5_1:
     case RILL_DTYPE_Q8_0:
         return true;
     case RILL_DTYPE_Q4_K:
@@ -874,6 +927,75 @@ START_TEST(test_ggml_math_matches_llama_cpp) {
         ck_assert_uint_eq(f32_bits(rill__ggml_dot_float(RILL_DTYPE_BF16, wb, bb, n, false)),
                           golden_dots[c].bf16);
     }
+}
+END_TEST
+
+/* Q5_0 / Q5_1, recorded by tools/ggml_golden_q5.py from the same library: ggml_quantize_chunk of
+ * a 4 x 256 weight (FNV-1a 64 of the bytes), the CPU backend's activation quantizer of the vec_dot
+ * type (Q8_0 / Q8_1, its AVX2 code; FNV-1a 64), and vec_dot of each row with it (f32 bits). */
+static const struct {
+    rill_dtype_t t;
+    uint64_t weight_hash, act_hash;
+    uint32_t dots[4];
+} golden_q5[2] = {
+    { RILL_DTYPE_Q5_0,
+      0x9f7d63d4d2cf56d5ull,
+      0x4c59f0c6a6d26502ull,
+      { 0x438062ab, 0xc2fe8bce, 0x434343b5, 0xc2daed0e } },
+    { RILL_DTYPE_Q5_1,
+      0x3105394ad84ede89ull,
+      0xdd67beaafad0fcd2ull,
+      { 0x4381328d, 0xc2feef05, 0x4343515e, 0xc2da3362 } },
+};
+
+static uint64_t fnv1a64(const void *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ ((const uint8_t *)p)[i]) * 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* rill's quantizer, activation quantizer and dot (the reference statement, and every backend's
+ * matmul of one token) give llama.cpp's bytes and bits. */
+START_TEST(test_q5_matches_llama_cpp) {
+    enum { R = 4, N = 256 };
+    float w[R * N], x[N];
+    golden_input(w, R * N, -1, 1, 11);
+    memset(w + 3 * N, 0, 32 * sizeof(float)); /* a block with d = 0 */
+    golden_input(x, N, -3, 3, 12);
+    rill_backend_t *bs[B_COUNT];
+    make_all(bs);
+    for (int c = 0; c < 2; c++) {
+        const rill_dtype_t t = golden_q5[c].t;
+        const int64_t rb = rill_dtype_row_bytes(t, N);
+        uint8_t wq[R * 24 * N / 32], act[36 * N / 32];
+        for (int r = 0; r < R; r++) {
+            ck_assert_int_eq(rill_quantize_row(t, w + r * N, wq + r * rb, N), RILL_OK);
+        }
+        ck_assert_msg(fnv1a64(wq, (size_t)(R * rb)) == golden_q5[c].weight_hash,
+                      "%s: the quantized weight differs from ggml's", rill_dtype_name(t));
+        rill__act_quantize_ref(t, x, act, N);
+        ck_assert_msg(fnv1a64(act, (size_t)rill__act_row_bytes(t, N)) == golden_q5[c].act_hash,
+                      "%s: the activation row differs from llama.cpp's", rill_dtype_name(t));
+        for (int r = 0; r < R; r++) {
+            const float d = rill__dot_ggml(t, wq + r * rb, act, N, RILL__MM_VEC);
+            ck_assert_msg(f32_bits(d) == golden_q5[c].dots[r], "%s row %d: %08x vs %08x",
+                          rill_dtype_name(t), r, f32_bits(d), golden_q5[c].dots[r]);
+        }
+        for (int bi = 0; bi < B_COUNT; bi++) {
+            if (bs[bi] == NULL) {
+                continue;
+            }
+            float *y = run_matmul(bs[bi], t, wq, N, R, x, 1);
+            for (int r = 0; r < R; r++) {
+                ck_assert_msg(f32_bits(y[r]) == golden_q5[c].dots[r], "%s row %d on %s",
+                              rill_dtype_name(t), r, rill_backend_name(bs[bi]));
+            }
+            free(y);
+        }
+    }
+    destroy_all(bs);
 }
 END_TEST
 
@@ -2055,6 +2177,8 @@ static const op_row_t op_rows[] = {
     GET_ROWS_W(RILL_DTYPE_BF16, 64, 0),
     GET_ROWS_W(RILL_DTYPE_Q4_0, 96, 1e-6f),
     GET_ROWS_W(RILL_DTYPE_Q4_1, 96, 1e-6f),
+    GET_ROWS_W(RILL_DTYPE_Q5_0, 96, 1e-6f),
+    GET_ROWS_W(RILL_DTYPE_Q5_1, 96, 1e-6f),
     GET_ROWS_W(RILL_DTYPE_Q8_0, 96, 1e-6f),
     GET_ROWS_W(RILL_DTYPE_Q4_K, 512, 1e-6f),
     GET_ROWS_W(RILL_DTYPE_Q5_K, 256, 1e-6f),
@@ -2066,6 +2190,8 @@ static const op_row_t op_rows[] = {
     MATMUL_W(RILL_DTYPE_BF16, 1e-5f, 67, 96),
     MATMUL_W(RILL_DTYPE_Q4_0, 1e-5f, 96, 256),
     MATMUL_W(RILL_DTYPE_Q4_1, 1e-5f, 96),
+    MATMUL_W(RILL_DTYPE_Q5_0, 1e-5f, 96, 896),
+    MATMUL_W(RILL_DTYPE_Q5_1, 1e-5f, 96, 256),
     MATMUL_W(RILL_DTYPE_Q8_0, 1e-5f, 96),
     MATMUL_W(RILL_DTYPE_Q4_K, 1e-5f, 512),
     MATMUL_W(RILL_DTYPE_Q5_K, 1e-5f, 512),
@@ -3039,7 +3165,7 @@ START_TEST(test_bad_arguments) {
     ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_Q8_K, data, 256, 1, &w), RILL_EINVAL);
     ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_Q4_0, data, 33, 1, &w), RILL_EINVAL);
     ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, data, 16, 0, &w), RILL_EINVAL);
-    ck_assert_int_eq(rill_weight_new(b, (rill_dtype_t)7, data, 32, 1, &w), RILL_EINVAL);
+    ck_assert_int_eq(rill_weight_new(b, (rill_dtype_t)10, data, 32, 1, &w), RILL_EINVAL); /* Q2_K */
     ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, NULL, 16, 1, &w), RILL_EINVAL);
     ck_assert_str_ne(rill_last_error(RILL_EINVAL), "");
     ck_assert_ptr_null(w);
@@ -3127,6 +3253,8 @@ START_TEST(test_bad_arguments) {
     ck_assert_int_eq(rill_quantize_row((rill_dtype_t)4, data, y, 32), RILL_EINVAL);
     ck_assert_int_eq(rill_dtype_vec_dot_type((rill_dtype_t)5), -1);
     ck_assert_int_eq(rill_dtype_vec_dot_type(RILL_DTYPE_Q4_1), RILL_DTYPE_Q8_1);
+    ck_assert_int_eq(rill_dtype_vec_dot_type(RILL_DTYPE_Q5_0), RILL_DTYPE_Q8_0);
+    ck_assert_int_eq(rill_dtype_vec_dot_type(RILL_DTYPE_Q5_1), RILL_DTYPE_Q8_1);
     ck_assert_int_eq(rill_dtype_vec_dot_type(RILL_DTYPE_Q6_K), RILL_DTYPE_Q8_K);
 
     rill_backend_free(b, pool);
@@ -3307,6 +3435,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, test_fp16_matches_f16c);
     tcase_add_test(tc, test_bf16_known);
     tcase_add_test(tc, test_dequant_q4_0_q4_1);
+    tcase_add_test(tc, test_dequant_q5_0_q5_1);
     tcase_add_test(tc, test_dequant_q8_0_q8_1_q8_K);
     tcase_add_test(tc, test_dequant_q4_K);
     tcase_add_test(tc, test_dequant_q5_K);
@@ -3326,6 +3455,7 @@ static Suite *kernels_suite(void) {
     tc = tcase_create("ops");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_ggml_math_matches_llama_cpp);
+    tcase_add_test(tc, test_q5_matches_llama_cpp);
     tcase_add_test(tc, test_ops_elementwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_kv_store_placement);

@@ -829,8 +829,8 @@ START_TEST(gguf_bad_tensors) {
     open_expect(b, n, RILL_OK);
     free(b);
 
-    gw_init(&w); /* unknown type (Q5_0 exists in ggml, not in rill) */
-    tensor(&w, "a", 2, ne, 6, AUTO_OFFSET);
+    gw_init(&w); /* unknown type (Q2_K exists in ggml, not in rill) */
+    tensor(&w, "a", 2, ne, 10, AUTO_OFFSET);
     b = gw_finish(&w, &n);
     open_expect(b, n, RILL_EUNSUPPORTED);
     free(b);

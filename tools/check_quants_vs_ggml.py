@@ -24,7 +24,7 @@ from gguf import GGMLQuantizationType as QT
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import ggml_quants  # noqa: E402
 
-TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K"]
 
 
 def find_lib() -> str:

@@ -1,7 +1,7 @@
 """Numpy quantizers for the ggml block formats rill supports.
 
-Q8_0, Q4_0, Q4_1 and BF16 come from gguf-py (gguf.quants), whose implementations are written to be
-bit-exact with ggml's reference quantizers. gguf-py has no K-quant quantizers (only
+Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and BF16 come from gguf-py (gguf.quants), whose implementations are
+written to be bit-exact with ggml's reference quantizers. gguf-py has no K-quant quantizers (only
 dequantizers), so Q4_K, Q5_K and Q6_K are implemented here, following ggml's
 quantize_row_q{4,5,6}_K_ref (ggml/src/ggml-quants.c): the same scale search (make_qkx2_quants /
 make_qx_quants), the same 6-bit scale/min packing and the same bit layouts, computed in float32
@@ -16,6 +16,10 @@ Block layouts (QK_K = 256, K_SCALE_SIZE = 12, all little-endian, ggml_half = IEE
   block_q4_0 (18 B / 32 w):  half d; uint8 qs[16];                      w = d * (q - 8)
                              q of weight j: j < 16 -> qs[j] & 0xF, else qs[j-16] >> 4
   block_q4_1 (20 B / 32 w):  half d; half m; uint8 qs[16];              w = d * q + m (same nibbles)
+  block_q5_0 (22 B / 32 w):  half d; uint8 qh[4]; uint8 qs[16];         w = d * (q - 16)
+                             low 4 bits of q as q4_0's nibbles; bit 4 of weight j is bit j of qh
+                             (a little-endian uint32)
+  block_q5_1 (24 B / 32 w):  half d; half m; uint8 qh[4]; uint8 qs[16]; w = d * q + m (as q5_0)
   block_q4_K (144 B / 256 w): half d; half dmin; uint8 scales[12]; uint8 qs[128];
         8 sub-blocks of 32; sub-block s has 6-bit scale sc[s] and 6-bit min mn[s]:
         w = d * sc[s] * q - dmin * mn[s], q in 0..15.
@@ -244,7 +248,7 @@ def quantize(w: np.ndarray, qtype: QT) -> np.ndarray:
         return w
     if qtype == QT.F16:
         return w.astype(np.float16)
-    if qtype in (QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1):
+    if qtype in (QT.BF16, QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1):
         return gq.quantize(w, qtype)
     fn, type_size = _K_QUANTIZERS[qtype]
     rows, cols = w.shape

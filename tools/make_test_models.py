@@ -8,7 +8,7 @@ reference logits so a test can tell when a regenerated model no longer matches t
 
 Needs numpy and gguf only (no llama-cpp-python), so CI can regenerate the models.
 
-Models (20 files), all with n_embd 256, n_ff 512, 2 layers, 4 query heads, 2 KV heads (GQA,
+Models (24 files), all with n_embd 256, n_ff 512, 2 layers, 4 query heads, 2 KV heads (GQA,
 head dim 64), context length 256:
 
   rill-tiny-llama-<T>.gguf       arch llama, untied (has output.weight), rope base 1e4 (NORM rope:
@@ -20,7 +20,7 @@ head dim 64), context length 256:
   rill-tiny-llama-tied-Q4_1.gguf tied and mixed like SmolLM2's file: token_embd Q8_0, other
                                  matrices Q4_1
 
-<T> is one of F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K: every 2-D weight (token_embd, output and
+<T> is one of F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K: every 2-D weight (token_embd, output and
 all layer matrices) is stored in that type; norms and biases are always F32. All models of one
 architecture share the same underlying float weights (same seed), so a quantized model approximates
 its F32 sibling, and the tied models share llama's weights minus output.weight.
@@ -57,11 +57,12 @@ N_HEAD_KV = 2
 HEAD_DIM = N_EMBD // N_HEAD
 N_CTX = 256
 
-TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K"]
+TYPES = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q5_K", "Q6_K", "Q5_0", "Q5_1"]
 FILE_TYPE = {
     "F32": FT.ALL_F32, "F16": FT.MOSTLY_F16, "BF16": FT.MOSTLY_BF16, "Q8_0": FT.MOSTLY_Q8_0,
     "Q4_0": FT.MOSTLY_Q4_0, "Q4_1": FT.MOSTLY_Q4_1, "Q4_K": FT.MOSTLY_Q4_K_S,
-    "Q5_K": FT.MOSTLY_Q5_K_S, "Q6_K": FT.MOSTLY_Q6_K,
+    "Q5_K": FT.MOSTLY_Q5_K_S, "Q6_K": FT.MOSTLY_Q6_K, "Q5_0": FT.MOSTLY_Q5_0,
+    "Q5_1": FT.MOSTLY_Q5_1,
 }
 
 ARCH = {
@@ -302,6 +303,7 @@ def model_specs():
 # what ggml's reference quantizers reach on Gaussian weights; a layout bug gives errors of O(1).
 CHECK_BOUND = {"F32": (0.0, 0.0), "F16": (5e-4, 1e-3), "BF16": (4e-3, 8e-3),
                "Q8_0": (1e-2, 1e-2), "Q4_0": (0.13, 0.25), "Q4_1": (0.12, 0.15),
+               "Q5_0": (0.065, 0.125), "Q5_1": (0.06, 0.075),
                "Q4_K": (0.11, 0.15), "Q5_K": (0.055, 0.08), "Q6_K": (0.027, 0.04)}
 
 

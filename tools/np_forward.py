@@ -25,10 +25,10 @@ Then logits = (rms_norm(x) * output_norm) @ Wout.T, where Wout = output.weight, 
 when the file has no output.weight (tied embeddings).
 
 With ggml_cpu_acts=True, the input of every weight matmul is first rounded the way ggml's CPU
-backend rounds it (its "vec_dot_type"): to F16 for F16 weights, BF16 for BF16, Q8_0 blocks for Q8_0
-and Q4_0, Q8_1 for Q4_1 and Q8_K (256-wide blocks, float32 scale) for the K-quants. That reproduces
-llama.cpp's quantized-model logits closely and shows where its error against the exact product
-comes from.
+backend rounds it (its "vec_dot_type"): to F16 for F16 weights, BF16 for BF16, Q8_0 blocks for Q8_0,
+Q4_0 and Q5_0, Q8_1 for Q4_1 and Q5_1 and Q8_K (256-wide blocks, float32 scale) for the K-quants.
+That reproduces llama.cpp's quantized-model logits closely and shows where its error against the
+exact product comes from.
 
 Usage: np_forward.py [--ggml-cpu-acts] MODEL.gguf TOKEN_ID...   prints the argmax at each position.
 """
@@ -79,8 +79,8 @@ def _q8_0_roundtrip(x: np.ndarray, with_sum: bool = False):
 
 def ggml_cpu_activation(x: np.ndarray, weight_type: QT) -> np.ndarray:
     """Rounds matmul inputs x (..., n_in) the way ggml-cpu does before a dot product with weights
-    of weight_type (type_traits_cpu[type].vec_dot_type). Q4_1's Q8_1 block sums are handled in
-    Model.mm."""
+    of weight_type (type_traits_cpu[type].vec_dot_type). Q4_1's and Q5_1's Q8_1 block sums are
+    handled in Model.mm."""
     x32 = np.ascontiguousarray(x, dtype=np.float32)
     if weight_type == QT.F32:
         return x
@@ -89,21 +89,24 @@ def ggml_cpu_activation(x: np.ndarray, weight_type: QT) -> np.ndarray:
     if weight_type == QT.BF16:
         bf16 = gguf.quants.quantize(x32, QT.BF16)
         return gguf.quants.dequantize(bf16, QT.BF16).astype(np.float64)
-    if weight_type in (QT.Q8_0, QT.Q4_0, QT.Q4_1):
+    if weight_type in (QT.Q8_0, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1):
         return _q8_0_roundtrip(x32).astype(np.float64)
     if weight_type in (QT.Q4_K, QT.Q5_K, QT.Q6_K):
         return _q8_k_roundtrip(x32).astype(np.float64)
     raise ValueError(f"no activation rule for {weight_type.name}")
 
 
-def _q4_1_parts(raw: np.ndarray, n_out: int, n_in: int):
-    """Splits Q4_1 weights (d * q + m per 32-block) into the d * q part (n_out, n_in) and the
-    block minimums m (n_out, n_in/32)."""
-    blocks = raw.view(np.uint8).reshape(-1, 20)
+def _q4_1_parts(raw: np.ndarray, n_out: int, n_in: int, qt: QT = QT.Q4_1):
+    """Splits Q4_1 / Q5_1 weights (d * q + m per 32-block) into the d * q part (n_out, n_in) and
+    the block minimums m (n_out, n_in/32)."""
+    blocks = raw.view(np.uint8).reshape(-1, 20 if qt == QT.Q4_1 else 24)
     d = blocks[:, 0:2].copy().view(np.float16).astype(np.float64)
     m = blocks[:, 2:4].copy().view(np.float16).astype(np.float64)
-    qs = blocks[:, 4:]
+    qs = blocks[:, 4:] if qt == QT.Q4_1 else blocks[:, 8:]
     q = np.concatenate([qs & 0xF, qs >> 4], axis=1).astype(np.float64)  # (nb, 32)
+    if qt == QT.Q5_1:  # bit 4 of value j is bit j of qh (little-endian uint32)
+        qh = blocks[:, 4:8].copy().view("<u4")
+        q += ((qh >> np.arange(32, dtype=np.uint32)) & 1).astype(np.float64) * 16
     return (d * q).reshape(n_out, n_in), m.reshape(n_out, n_in // 32)
 
 
@@ -139,14 +142,14 @@ class Model:
                 arr = gguf.quants.dequantize(data.view(np.uint8), qt)
             shape = tuple(int(n) for n in reversed(t.shape))  # ggml ne -> numpy (…, n_out, n_in)
             self.w[t.name] = arr.reshape(shape).astype(np.float64)
-            if qt == QT.Q4_1 and ggml_cpu_acts:
-                self.q4_1[t.name] = _q4_1_parts(data, shape[0], shape[1])
+            if qt in (QT.Q4_1, QT.Q5_1) and ggml_cpu_acts:
+                self.q4_1[t.name] = _q4_1_parts(data, shape[0], shape[1], qt)
         self.n_vocab = self.w["token_embd.weight"].shape[0]
 
     def mm(self, x: np.ndarray, name: str) -> np.ndarray:
         """x (T, n_in) @ W.T -> (T, n_out)."""
         if self.ggml_cpu_acts and name in self.q4_1:
-            # ggml_vec_dot_q4_1_q8_1: sum over blocks of d4*d8*sum(q4*q8) + m4*s8, where s8 is the
+            # ggml_vec_dot_q4_1_q8_1 (and q5_1): sum over blocks of d4*d8*sum(q4*q8) + m4*s8, where s8 is the
             # activation block sum rounded to fp16.
             a, m = self.q4_1[name]
             x8, s8 = _q8_0_roundtrip(np.ascontiguousarray(x, dtype=np.float32), with_sum=True)
