@@ -12,6 +12,7 @@
 #define RILL_INGEST_H
 
 #include "rill_market.h"
+#include "rill_market_prompt.h"
 #include "rill_market_truth.h"
 #include "rill_text_ingest.h"
 
