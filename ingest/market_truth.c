@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "rill_alloc.h"
+#include "rill_market_prompt.h"
 #include "rill_market_truth.h"
 
 #define MAX_SYMS   256 /* symbols one truth tells apart */
@@ -484,7 +485,15 @@ rill_err_t rill_market_question_parse(const char *text, size_t len, rill_market_
     }
     for (size_t k = 0; k < sizeof TEMPLATES / sizeof TEMPLATES[0]; k++) {
         char sym[RILL_MARKET_SYMBOL_MAX + 2];
-        if (tmpl_match(TEMPLATES[k].text, text, len, sym)) {
+        /* the question alone, or followed by one space and its kind's instruction
+         * (rill_market_prompt.h) */
+        const char *instr = rill_market_prompt_instruction(TEMPLATES[k].kind);
+        size_t il = strlen(instr), qn = len;
+        if (len > il + 1 && text[len - il - 1] == ' ' && memcmp(text + len - il, instr, il) == 0) {
+            qn = len - il - 1;
+        }
+        if (tmpl_match(TEMPLATES[k].text, text, len, sym) ||
+            (qn < len && tmpl_match(TEMPLATES[k].text, text, qn, sym))) {
             out->kind = TEMPLATES[k].kind;
             memcpy(out->symbol, sym, strlen(sym) + 1);
             out->window_ns = TEMPLATES[k].window_ns;

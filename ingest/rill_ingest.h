@@ -15,6 +15,7 @@
 
 #include "rill_audio.h"
 #include "rill_market.h"
+#include "rill_market_prompt.h"
 #include "rill_market_truth.h"
 #include "rill_text_ingest.h"
 

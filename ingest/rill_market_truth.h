@@ -135,7 +135,9 @@ typedef struct rill_market_question {
 /* Classifies question text[0..len) by the exact template table (market_truth.c; the questions
  * of demos/market/market_demo.c and `rill bench stream`): blanks around it are ignored, every
  * other byte must match a template, and a template's symbol slot takes a valid symbol
- * (rill_tick_check_symbol); a template with the slot twice needs the same symbol twice. On
+ * (rill_tick_check_symbol); a template with the slot twice needs the same symbol twice. The
+ * question may be followed by one space and its kind's instruction, exactly
+ * (rill_market_prompt_instruction: the question as rill_market_prompt_question puts it). On
  * RILL_OK *out is set. RILL_ENOTFOUND: no template matches (*out = {RILL_MARKET_Q_NONE}: the
  * question is unscored). RILL_EINVAL: NULL out, or NULL text with len > 0. Allocates nothing. */
 rill_err_t rill_market_question_parse(const char *text, size_t len, rill_market_question_t *out);

@@ -475,6 +475,25 @@ static void refreshed(rill_sched_t *sch, req_t *r, int64_t t) {
     }
 }
 
+/* True when the answer out[0, n) ends with a token whose piece writes a '\n' after text that is
+ * not blank: its first line is complete (rill_sched_ask_t.stop_at_newline). Reads the pieces
+ * from the start each time, so a standing refresh, which starts its answer again, needs no
+ * state; answers are short. */
+static bool line_ended(const rill_tokenizer_t *tk, const int32_t *out, int32_t n) {
+    bool text = false;
+    for (int32_t i = 0; i < n; i++) {
+        size_t len = 0;
+        const char *p = rill_tokenizer_piece(tk, out[i], false, &len);
+        for (size_t j = 0; p != NULL && j < len; j++) {
+            if (p[j] == '\n' && text) {
+                return i == n - 1;
+            }
+            text = text || (p[j] != ' ' && p[j] != '\n' && p[j] != '\t' && p[j] != '\r');
+        }
+    }
+    return false;
+}
+
 void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t) {
     if (r->first_ns == 0) {
         r->first_ns = t;
@@ -486,7 +505,8 @@ void rill__sched_on_pick(rill_sched_t *sch, req_t *r, int32_t tok, int64_t t) {
     }
     const rill_tokenizer_t *tk = r->sess->m->tok;
     bool done = r->n_out == r->ask.n_max ||
-                (r->ask.stop_at_eog && tk != NULL && rill_tokenizer_is_eog(tk, tok));
+                (r->ask.stop_at_eog && tk != NULL && rill_tokenizer_is_eog(tk, tok)) ||
+                (r->ask.stop_at_newline && tk != NULL && line_ended(tk, r->out, r->n_out));
     bool adopt = r->kind == REQ_TURN || r->kind == REQ_SPEC;
     if (done && !adopt) {
         if (r->kind == REQ_STANDING) {

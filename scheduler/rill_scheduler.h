@@ -405,6 +405,9 @@ typedef struct rill_sched_ask {
     int32_t n_question;           /* >= 1 */
     int32_t n_max;                /* most answer tokens (>= 1) */
     bool stop_at_eog;             /* stop after an end-of-generation token (pool tokenizer) */
+    bool stop_at_newline;         /* stop after the token whose text ends the answer's first
+                                     line: a '\n' after a byte that is not blank (leading blank
+                                     lines do not count; the '\n' is part of the answer) */
     rill_sched_token_fn on_token; /* optional, each answer token as it is decoded */
     rill_sched_done_fn on_done;   /* optional; exactly once per question (per refresh for a
                                      standing query) */

@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# rill's main job on the default model: sets everything up, builds, and runs the market demo.
+# rill's main job: sets everything up, builds, and runs the market demo.
 #
-# The demo (demos/market/run.sh) starts rilld with the default model (SmolLM2-135M-Instruct),
+# The demo (demos/market/run.sh) starts rilld with the better model when it is in rill's model
+# cache (Qwen2.5-Coder-1.5B-Instruct), else the default model (SmolLM2-135M-Instruct), and prints
+# a line naming it; nothing is downloaded for it unless asked: RILL_FETCH_MODEL=1 scripts/run.sh
+# fetches the 1.1 GB model first, RILL_MODEL=default keeps the default, RILL_MODEL=FILE runs a
+# GGUF of your own (README.md says what accuracy to expect from each). It
 # streams a seeded synthetic market into three sessions in real time, registers standing
 # questions that rilld re-answers as the data moves and pushes back, asks interactive questions
 # now and then, and ends after about 40 seconds with a summary table: per session the ticks,

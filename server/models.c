@@ -55,7 +55,8 @@ int32_t srv_model_find(const srv_t *s, const char *name, size_t len) {
     return -1;
 }
 
-/* Loads model i of the parameters into s->models[i] (its pool over s->be). */
+/* Loads model i of the parameters into s->models[i]: the weights, tokenizer and chat template
+ * (the engine's part, over s->be, is load_engine's: the backend is sized for every model). */
 static int load(srv_t *s, int32_t i) {
     const rill_server_model_t *pm = &s->p.models[i];
     srv_model_t *m = &s->models[i];
@@ -94,10 +95,17 @@ static int load(srv_t *s, int32_t i) {
         RILL_LOGE("rilld: %s: chat template: %s", pm->path, rill_strerror(err));
         return -1;
     }
+    return 0;
+}
+
+/* Model i's forward pass and KV pool over s->be. */
+static int load_engine(srv_t *s, int32_t i) {
+    const rill_server_model_t *pm = &s->p.models[i];
+    srv_model_t *m = &s->models[i];
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = s->p.kv_cells;
     pp.tokenizer = m->tok;
-    err = rill_forward_new(m->model, s->be, NULL, &m->fw);
+    rill_err_t err = rill_forward_new(m->model, s->be, NULL, &m->fw);
     err = err == RILL_OK ? rill_session_pool_new(m->fw, &pp, &m->pool) : err;
     if (err != RILL_OK) {
         RILL_LOGE("rilld: %s: %s (forward pass and KV pool of %lld cells)", pm->path,
@@ -112,10 +120,22 @@ int srv_models_start(srv_t *s) {
         RILL_LOGE("rilld: no model (1..%d --model)", RILL_SERVER_MAX_MODELS);
         return -1;
     }
+    for (int32_t i = 0; i < s->p.n_models; i++) {
+        s->n_models = i + 1; /* stop frees what was loaded */
+        if (load(s, i) != 0) {
+            return -1;
+        }
+    }
     rill_backend_params_t bp = rill_backend_default_params();
     bp.cpu.n_threads = s->p.threads;
     bp.max_batch = 256;
     bp.attn = s->p.attn;
+    for (int32_t i = 0; i < s->n_models; i++) {
+        /* the widest matmul input of any model (Qwen2.5-1.5B's FFN: 8960, over the default) */
+        const rill_hparams_t *hp = rill_model_hparams(s->models[i].model);
+        int64_t widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+        bp.max_n_in = widest > bp.max_n_in ? widest : bp.max_n_in;
+    }
     rill_err_t err = rill_backend_new(&bp, &s->be);
     if (err != RILL_OK) {
         const char *why =
@@ -124,9 +144,8 @@ int srv_models_start(srv_t *s) {
                   why ? why : "");
         return -1;
     }
-    for (int32_t i = 0; i < s->p.n_models; i++) {
-        s->n_models = i + 1; /* stop frees what was loaded */
-        if (load(s, i) != 0) {
+    for (int32_t i = 0; i < s->n_models; i++) {
+        if (load_engine(s, i) != 0) {
             return -1;
         }
     }

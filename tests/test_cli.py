@@ -382,6 +382,35 @@ def bench_stream_accuracy(rill, st, summ, exp):
     assert sr["standing_answers_checked"] >= 1, sr
 
 
+def bench_stream_stop_rule(m):
+    """The default stop rule: an answer ends with its first line (or an end-of-generation
+    token), so nothing is decoded after the line end. --instruct question puts each kind's
+    answer-form instruction after its question (the system prompt's texts are
+    test_market_truth's: the tiny model's context cannot hold them with a question)."""
+    with tempfile.TemporaryDirectory() as d:
+        js, ex = os.path.join(d, "s.jsonl"), os.path.join(d, "s.export.json")
+        run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "2", "--rate", "50",
+            "--every", "2", "--context", "96", "--answer", "12", "--stateless", "0", "-t", "1",
+            "--instruct", "question", "--json", js, "--export", ex)
+        rows = [json.loads(line) for line in open(js)]
+        exp = json.load(open(ex))
+    summ = next(r for r in rows if r.get("summary"))
+    assert summ["stop"] is True and summ["instruct"] == "question", summ
+    # the larger of --answer and 96 where the model's context holds it: not the tiny model's
+    assert summ["standing_answer"] == 12, summ
+    assert all(re.search(r"[?.] Reply (with|on one line with) [^?]*\.<\|im_end\|>\n", t)
+               for t in exp["question_texts"] + [exp["standing_text"]]), exp["question_texts"]
+    qs = [r for r in rows if not r.get("summary")]
+    assert qs and all(1 <= r["n_answer"] <= 12 for r in qs), qs
+    for r in qs:
+        body = r["answer_text"].lstrip(" \t\r\n")
+        cut = body.find("\n")
+        assert cut < 0 or body[cut + 1:].strip() == "", r  # nothing after the first line's end
+    p = subprocess.run([RILL, "bench", "stream", "--model", m, "--instruct", "all"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--instruct" in p.stderr, p
+
+
 def t_bench_stream():
     """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
     parse (one per question and mode, a summary per mode), and the export holds the stream."""
@@ -398,7 +427,7 @@ def t_bench_stream():
         js, ex = os.path.join(d, "s.jsonl"), os.path.join(d, "s.export.json")
         out = run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "2", "--rate",
                   "50", "--every", "2", "--context", "128", "--answer", "4", "--stateless", "1",
-                  "-t", "1", "--json", js, "--export", ex).stdout
+                  "-t", "1", "--no-stop", "--json", js, "--export", ex).stdout
         assert "| context <= |" in out, out
         assert "| question kind | questions | scored | right | rill accuracy |" in out, out
         assert re.search(r"^accuracy \(first line of each answer .*: rill (\S+) of \d+ scored",
@@ -439,6 +468,13 @@ def t_bench_stream():
         for q in s["questions"]:
             n = len(exp["prompt"]) + sum(len(c["tokens"]) for c in s["chunks"][:q["after"]])
             assert q["context"] == n <= 128, (q, n)
+    assert summ["rill"]["stop"] is False and summ["rill"]["instruct"] == "system", summ["rill"]
+    # The questions as put to the model: the chat turn (the tiny model's template is ChatML);
+    # by default the answer rules are the system prompt's, not the question's.
+    assert summ["rill"]["prompt"] == "chat", summ["rill"]
+    assert all(t.startswith("<|im_start|>user\n") and t.endswith("<|im_start|>assistant\n") and
+               " Reply with " not in t for t in exp["question_texts"]), exp["question_texts"]
+    bench_stream_stop_rule(m)
     # Deterministic: the same options give the same stream.
     with tempfile.TemporaryDirectory() as d:
         ex2 = os.path.join(d, "again.json")

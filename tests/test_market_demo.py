@@ -14,6 +14,8 @@ engine is busy the whole run on a slow 2-core machine, so a refresh rarely finis
 next tick makes it stale (abandoned, as it should be): there the run is lighter and the check is
 that standing refreshes ran (tokens at STANDING class), not that one was pushed.
 
+Before the run: demos/market/run.sh's choice of model (RILL_MODEL, the model cache).
+
 usage: test_market_demo.py SRC BUILD   (exit 77: the default model is missing)
 """
 import math
@@ -21,6 +23,36 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+
+
+def check_model_choice(src, env):
+    """RILL_MODEL naming no file is refused before anything starts; a better model in the cache
+    is the one run.sh names and hands to rilld (a file that is no GGUF here: rilld refuses it,
+    and run.sh fails with rilld's message)."""
+    run = os.path.join(src, "demos", "market", "run.sh")
+    p = subprocess.run([run], cwd=src, env=dict(env, RILL_MODEL="/nonexistent.gguf"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "RILL_MODEL=/nonexistent.gguf: no such file" in p.stderr, p
+    # RILL_MODEL=default is the default model (rill's own RILL_MODEL is a path: not passed on)
+    cache = tempfile.mkdtemp(prefix="rill-test-cache.")
+    p = subprocess.run([run, "--duration", "1", "--sessions", "1"], cwd=src,
+                       env=dict(env, RILL_MODEL="default", RILL_CACHE=cache), capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, (p.stdout[-2000:], p.stderr[-2000:])
+    assert re.search(r"^market demo: model SmolLM2-135M-Instruct \(the default; RILL_MODEL=default",
+                     p.stdout, re.M), p.stdout[:600]
+    cache = tempfile.mkdtemp(prefix="rill-test-cache.")
+    os.makedirs(os.path.join(cache, "models"))
+    fake = os.path.join(cache, "models", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
+    with open(fake, "w") as f:
+        f.write("not a GGUF\n")
+    p = subprocess.run([run], cwd=src, env=dict(env, RILL_CACHE=cache), capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode != 0, p
+    assert re.search(r"^market demo: model Qwen2\.5-Coder-1\.5B-Instruct \(" + re.escape(fake),
+                     p.stdout, re.M), p.stdout
+    assert fake in p.stderr, p.stderr  # rilld was given the file, and said what is wrong with it
 
 
 def main():
@@ -28,7 +60,13 @@ def main():
     if not os.path.exists(os.path.join(src, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")):
         print("SKIP: the default model is missing (scripts/setup.sh fetches it)")
         return 77
-    env = dict(os.environ, RILL_BUILD=build)
+    # The demo picks its model (issue 23): an empty model cache means the default model, and
+    # the line naming it says how to get the better one.
+    empty_cache = tempfile.mkdtemp(prefix="rill-test-cache.")
+    env = dict(os.environ, RILL_BUILD=build, RILL_CACHE=empty_cache)
+    env.pop("RILL_MODEL", None)
+    env.pop("RILL_FETCH_MODEL", None)
+    check_model_choice(src, env)
     sanitized = False
     with open(os.path.join(build, "CMakeCache.txt")) as f:
         for line in f:
@@ -40,6 +78,9 @@ def main():
                        cwd=src, env=env, capture_output=True, text=True, timeout=240)
     out = p.stdout
     print(out[-3000:])
+    assert re.search(r"^market demo: model SmolLM2-135M-Instruct \(the default; the better "
+                     r"Qwen2\.5-Coder-1\.5B-Instruct is not in the model cache: "
+                     r"RILL_FETCH_MODEL=1 fetches it", out, re.M), out[:600]
     print(p.stderr[-2000:], file=sys.stderr)
     assert p.returncode == 0, f"run.sh exited {p.returncode}"
     rows = re.findall(r"^(market-\d)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+\S+\s+\S+"

@@ -4,9 +4,13 @@
  * answers are worked out here by hand, with the tricky answers models give (a tick line echoed,
  * an answer running on into the next line, two candidates, ties, yes to an either-or question,
  * EUR/USD for EURUSD). Failure paths on purpose: bad lines (nothing taken), versions and times
- * going back, the N-th allocation failing, NULL arguments.
+ * going back, the N-th allocation failing, NULL arguments. The prompts
+ * (ingest/rill_market_prompt.h): the instruction of every kind, the system prompt, the stop
+ * rule, and the tick line read back to its tick.
  */
 #include <check.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -515,6 +519,223 @@ START_TEST(allocation_failures_and_arguments) {
 }
 END_TEST
 
+/* ---- the prompts (rill_market_prompt.h) ----------------------------------------------------- */
+
+/* Every kind has its instruction, a sentence that names a form and no value (a small model
+ * copies example values), and a question that carries it is still classified as itself. */
+START_TEST(instruction_per_kind) {
+    const char *const qs[] = { LAST, QUOTE, MOVED, BS,    ABOVE, LARGEST, MOST,
+                               OPEN, SIDE,  SIZE,  TREND, SELLS, ALL };
+    bool seen[RILL_MARKET_Q_N_KINDS] = { false };
+    ck_assert_str_eq(rill_market_prompt_instruction(RILL_MARKET_Q_NONE), "");
+    ck_assert_str_eq(rill_market_prompt_instruction(RILL_MARKET_Q_N_KINDS), "");
+    ck_assert_str_eq(rill_market_prompt_instruction((rill_market_qkind_t)-1), "");
+    for (size_t i = 0; i < sizeof qs / sizeof qs[0]; i++) {
+        rill_market_question_t q = Q(qs[i]);
+        seen[q.kind] = true;
+        const char *in = rill_market_prompt_instruction(q.kind);
+        size_t n = strlen(in);
+        ck_assert_msg(n > 8 && in[n - 1] == '.' && in[0] != ' ', "%s", in);
+        for (size_t j = 0; j < n; j++) {
+            ck_assert_msg(in[j] < '0' || in[j] > '9', "a value in '%s'", in);
+        }
+        for (int w = 0; w < RILL_MARKET_INSTRUCT_N; w++) {
+            char buf[512];
+            int64_t k = rill_market_prompt_question(qs[i], strlen(qs[i]), (rill_market_instruct_t)w,
+                                                    buf, sizeof buf);
+            bool with = w == RILL_MARKET_INSTRUCT_QUESTION || w == RILL_MARKET_INSTRUCT_BOTH;
+            ck_assert_int_eq(k, (int64_t)(strlen(qs[i]) + (with ? 1 + n : 0)));
+            ck_assert_int_eq(k, (int64_t)strlen(buf));
+            ck_assert_int_eq(memcmp(buf, qs[i], strlen(qs[i])), 0);
+            if (with) {
+                ck_assert_str_eq(buf + strlen(qs[i]) + 1, in);
+            }
+            rill_market_question_t back = Q(buf);
+            ck_assert_int_eq(back.kind, q.kind);
+            ck_assert_str_eq(back.symbol, q.symbol);
+            /* asked twice, it keeps one instruction */
+            char again[512];
+            ck_assert_int_eq(rill_market_prompt_question(buf, (size_t)k, (rill_market_instruct_t)w,
+                                                         again, sizeof again),
+                             k);
+            ck_assert_str_eq(again, buf);
+        }
+    }
+    for (int k = 1; k < RILL_MARKET_Q_N_KINDS; k++) {
+        ck_assert_msg(seen[k], "no question of kind %s here", rill_market_qkind_name(k));
+    }
+    /* the suffix is exact: another kind's instruction, two spaces or a lone one classify
+     * nothing */
+    char buf[512];
+    rill_market_question_t q;
+    snprintf(buf, sizeof buf, "%s %s", LAST,
+             rill_market_prompt_instruction(RILL_MARKET_Q_MOVED_LAST));
+    ck_assert_int_eq(rill_market_question_parse(buf, strlen(buf), &q), RILL_ENOTFOUND);
+    snprintf(buf, sizeof buf, "%s  %s", LAST,
+             rill_market_prompt_instruction(RILL_MARKET_Q_LAST_PRICE));
+    ck_assert_int_eq(rill_market_question_parse(buf, strlen(buf), &q), RILL_ENOTFOUND);
+    snprintf(buf, sizeof buf, "%s%s", LAST,
+             rill_market_prompt_instruction(RILL_MARKET_Q_LAST_PRICE));
+    ck_assert_int_eq(rill_market_question_parse(buf, strlen(buf), &q), RILL_ENOTFOUND);
+    /* a question outside the table gets no instruction: its form is unknown */
+    const char *other = "What is the weather?";
+    ck_assert_int_eq(rill_market_prompt_question(other, strlen(other), RILL_MARKET_INSTRUCT_BOTH,
+                                                 buf, sizeof buf),
+                     (int64_t)strlen(other));
+    ck_assert_str_eq(buf, other);
+    /* errors: nothing written but an empty string */
+    strcpy(buf, "x");
+    ck_assert_int_eq(rill_market_prompt_question(LAST, strlen(LAST), RILL_MARKET_INSTRUCT_BOTH, buf,
+                                                 strlen(LAST) + 2),
+                     RILL_EFULL);
+    ck_assert_str_eq(buf, "");
+    ck_assert_int_eq(rill_market_prompt_question(LAST, strlen(LAST), RILL_MARKET_INSTRUCT_NONE, buf,
+                                                 strlen(LAST)),
+                     RILL_EFULL);
+    ck_assert_int_eq(rill_market_prompt_question(LAST, strlen(LAST), RILL_MARKET_INSTRUCT_NONE, buf,
+                                                 strlen(LAST) + 1),
+                     (int64_t)strlen(LAST));
+    ck_assert_int_eq(rill_market_prompt_question(NULL, 3, RILL_MARKET_INSTRUCT_NONE, buf, 9),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_market_prompt_question(LAST, 3, RILL_MARKET_INSTRUCT_NONE, NULL, 9),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_market_prompt_question(LAST, 3, RILL_MARKET_INSTRUCT_N, buf, sizeof buf),
+                     RILL_EINVAL);
+}
+END_TEST
+
+/* The system prompt names every field of the tick line; the answer rules are there exactly
+ * where `where` puts them; names read back. */
+START_TEST(system_prompt_and_names) {
+    const char *rules = "one short line";
+    for (int w = 0; w < RILL_MARKET_INSTRUCT_N; w++) {
+        const char *s = rill_market_prompt_system((rill_market_instruct_t)w);
+        size_t n = strlen(s);
+        ck_assert(n > 0 && s[n - 1] == '\n');
+        const char *fields[] = {
+            "symbol", "price", "change", "size", "side", "B = buy", "S = sell"
+        };
+        for (size_t f = 0; f < sizeof fields / sizeof fields[0]; f++) {
+            ck_assert_msg(strstr(s, fields[f]) != NULL, "%s lacks %s", s, fields[f]);
+        }
+        bool with = w == RILL_MARKET_INSTRUCT_SYSTEM || w == RILL_MARKET_INSTRUCT_BOTH;
+        ck_assert_int_eq(strstr(s, rules) != NULL, with);
+        rill_market_instruct_t back = RILL_MARKET_INSTRUCT_N;
+        ck_assert(rill_market_instruct_from_name(
+            rill_market_instruct_name((rill_market_instruct_t)w), &back));
+        ck_assert_int_eq(back, w);
+    }
+    ck_assert_str_eq(rill_market_prompt_system(RILL_MARKET_INSTRUCT_N), "");
+    ck_assert_str_eq(rill_market_instruct_name(RILL_MARKET_INSTRUCT_N), "?");
+    rill_market_instruct_t w = RILL_MARKET_INSTRUCT_SYSTEM;
+    ck_assert(!rill_market_instruct_from_name("Both", &w));
+    ck_assert(!rill_market_instruct_from_name(NULL, &w));
+    ck_assert_int_eq(w, RILL_MARKET_INSTRUCT_SYSTEM);
+}
+END_TEST
+
+/* The stop rule: the first non-blank line, as the truth scores it. */
+START_TEST(stop_rule_cuts_at_the_answers_end) {
+    size_t at = 99;
+    const char *a = " \n\t 402.10 \r\nMSFT 402.10 +0.00 50 B\n";
+    size_t n = rill_market_answer_line(a, strlen(a), &at);
+    ck_assert_int_eq(at, 4);
+    ck_assert_int_eq(n, 6);
+    ck_assert_int_eq(memcmp(a + at, "402.10", 6), 0);
+    ck_assert(rill_market_answer_done(a, strlen(a)));
+    ck_assert(!rill_market_answer_done(a, 12)); /* "402.10 \r" and no '\n' yet */
+    ck_assert(rill_market_answer_done(a, 13));
+    ck_assert(!rill_market_answer_done("\n\n  \n", 5)); /* blank lines end nothing */
+    n = rill_market_answer_line("AAPL", 4, &at);
+    ck_assert_int_eq(at, 0);
+    ck_assert_int_eq(n, 4);
+    n = rill_market_answer_line(" \n ", 3, &at);
+    ck_assert_int_eq(at, 3);
+    ck_assert_int_eq(n, 0);
+    n = rill_market_answer_line(NULL, 0, NULL);
+    ck_assert_int_eq(n, 0);
+    /* what the rule keeps is what the truth scores: a run-on answer is judged the same cut */
+    rill_market_truth_t *t = market(false);
+    const char *run = "402.10\nMSFT 402.10 +0.00 50 B\nAAPL 187.30 -0.04 500 S";
+    size_t n1 = rill_market_answer_line(run, strlen(run), &at);
+    rill_market_question_t q = Q(LAST);
+    rill_market_verdict_t whole = RILL_MARKET_UNSCORED, cut = RILL_MARKET_UNSCORED;
+    ck_assert_int_eq(rill_market_truth_score(t, &q, 4, run, strlen(run), &whole), RILL_OK);
+    ck_assert_int_eq(rill_market_truth_score(t, &q, 4, run + at, n1, &cut), RILL_OK);
+    ck_assert_int_eq(whole, RILL_MARKET_RIGHT);
+    ck_assert_int_eq(cut, whole);
+    rill_market_truth_destroy(&t);
+}
+END_TEST
+
+/* A tick line says what its tick says and nothing else: read back field by field it gives
+ * the tick's symbol, its price rounded to the symbol's decimals, its size and side, and the
+ * change from the symbol's previous line; and the truth, which reads the same lines, sees the
+ * same last price. Seeded synthetic ticks of several symbols and precisions. */
+START_TEST(tick_lines_read_back_to_their_ticks) {
+    rill_market_synth_params_t sp = rill_market_synth_default_params();
+    sp.seed = 11;
+    sp.n_symbols = 6;
+    rill_market_synth_t *syn = NULL;
+    rill_market_fmt_t *fmt = NULL;
+    ck_assert_int_eq(rill_market_synth_new(&sp, &syn), RILL_OK);
+    ck_assert_int_eq(rill_market_fmt_new(NULL, &fmt), RILL_OK);
+    rill_market_truth_t *t = truth(false);
+    char prev_price[6][32] = { { 0 } };
+    char names[6][32] = { { 0 } };
+    for (int i = 0; i < 400; i++) {
+        rill_tick_t k;
+        ck_assert_int_eq(rill_market_synth_next(syn, &k), RILL_OK);
+        char line[RILL_MARKET_LINE_MAX];
+        int64_t n = rill_market_fmt_tick(fmt, &k, line, sizeof line);
+        ck_assert_int_gt(n, 0);
+        ck_assert_int_eq(line[n - 1], '\n');
+        char sym[32], price[32], change[32], side[8];
+        long long size = 0;
+        int used = 0;
+        ck_assert_int_eq(
+            sscanf(line, "%31s %31s %31s %lld %7s%n", sym, price, change, &size, side, &used), 5);
+        ck_assert_int_eq(used, (int)n - 1); /* five fields, nothing more */
+        ck_assert_str_eq(sym, k.symbol);
+        ck_assert_int_eq(size, k.size);
+        ck_assert_str_eq(side, k.side == RILL_SIDE_BUY    ? "B"
+                               : k.side == RILL_SIDE_SELL ? "S"
+                                                          : "?");
+        rill_market_symbol_t e;
+        ck_assert_int_eq(rill_market_fmt_symbol(fmt, k.symbol, &e), RILL_OK);
+        /* the price, rounded to the symbol's decimals (written with exactly that many) */
+        const char *dot = strchr(price, '.');
+        ck_assert_int_eq(dot != NULL ? (int)strlen(dot + 1) : 0, e.decimals);
+        double unit = pow(10, -e.decimals);
+        ck_assert_double_le(fabs(strtod(price, NULL) - k.price), 0.5 * unit * (1 + 1e-9));
+        ck_assert(price[0] != '+' && price[0] != '-');
+        ck_assert(change[0] == '+' || change[0] == '-'); /* a change is never read as a price */
+        int slot = -1;
+        for (int j = 0; j < 6 && slot < 0; j++) {
+            if (names[j][0] == '\0' || strcmp(names[j], sym) == 0) {
+                slot = j;
+            }
+        }
+        ck_assert_int_ge(slot, 0);
+        if (names[slot][0] == '\0') {
+            snprintf(names[slot], sizeof names[slot], "%s", sym);
+            ck_assert_double_eq_tol(strtod(change, NULL), 0, 1e-12);
+        } else {
+            double d = strtod(price, NULL) - strtod(prev_price[slot], NULL);
+            ck_assert_double_eq_tol(strtod(change, NULL), d, 0.5 * pow(10, -e.decimals));
+        }
+        snprintf(prev_price[slot], sizeof prev_price[slot], "%s", price);
+        feed(t, line, i + 1, k.ts_ns);
+        char q[64];
+        snprintf(q, sizeof q, "What was the last price of %s?", sym);
+        expect(t, q, i + 1, price);
+    }
+    rill_market_truth_destroy(&t);
+    rill_market_fmt_destroy(&fmt);
+    rill_market_synth_destroy(&syn);
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("market_truth");
     TCase *tc = tcase_create("truth");
@@ -531,6 +752,13 @@ int main(void) {
     tcase_add_test(tc, feed_is_all_or_nothing);
     tcase_add_test(tc, allocation_failures_and_arguments);
     suite_add_tcase(su, tc);
+    TCase *tp = tcase_create("prompt");
+    tcase_set_timeout(tp, 60);
+    tcase_add_test(tp, instruction_per_kind);
+    tcase_add_test(tp, system_prompt_and_names);
+    tcase_add_test(tp, stop_rule_cuts_at_the_answers_end);
+    tcase_add_test(tp, tick_lines_read_back_to_their_ticks);
+    suite_add_tcase(su, tp);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

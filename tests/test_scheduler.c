@@ -465,6 +465,75 @@ START_TEST(ask_matches_direct_query) {
 }
 END_TEST
 
+/* The position of the token that ends the first line of the answer out[0, n) (a '\n' after
+ * a byte that is not blank), or -1 when none does. */
+static int line_end_at(const rill_tokenizer_t *tk, const int32_t *out, int n) {
+    bool text = false;
+    for (int i = 0; i < n; i++) {
+        size_t len = 0;
+        const char *p = rill_tokenizer_piece(tk, out[i], false, &len);
+        for (size_t j = 0; p != NULL && j < len; j++) {
+            if (p[j] == '\n' && text) {
+                return i;
+            }
+            text = text || (p[j] != ' ' && p[j] != '\n' && p[j] != '\t' && p[j] != '\r');
+        }
+    }
+    return -1;
+}
+
+/* stop_at_newline ends an answer with the token that completes its first line: the same
+ * tokens as the direct greedy answer up to there, and nothing after; an answer that never
+ * ends a line runs to n_max. The questions are drawn until one of each kind is found. */
+START_TEST(stop_at_newline_ends_the_first_line) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g, 0, 0);
+    int32_t data[40], nl[64];
+    random_tokens(data, 40, g.V);
+    ck_assert_int_eq(rill_sched_ingest(g.sch, sid, data, 40), RILL_OK);
+    /* a newline token for the question's end, so the answer is likely to write lines */
+    int32_t nl_tok = -1;
+    ck_assert_int_eq(rill_tokenizer_encode(g.tok, "a\nb", 3, false, false, nl, 64) >= 2, 1);
+    for (int i = 0; i < 3 && nl_tok < 0; i++) {
+        size_t len = 0;
+        const char *p = rill_tokenizer_piece(g.tok, nl[i], false, &len);
+        if (len == 1 && p[0] == '\n') {
+            nl_tok = nl[i];
+        }
+    }
+    ck_assert_int_ge(nl_tok, 0);
+    bool cut = false, whole = false;
+    for (int t = 0; t < 200 && !(cut && whole); t++) {
+        int32_t q[6], want[24];
+        random_tokens(q, 5, g.V);
+        q[5] = t % 2 ? nl_tok : q[4];
+        int n = direct_answer(&g, data, 40, q, 6, 24, want);
+        ck_assert_int_eq(n, 24);
+        int end = line_end_at(g.tok, want, 24);
+        if ((end >= 0 && cut) || (end < 0 && whole)) {
+            continue;
+        }
+        outcome_t o;
+        outcome_init(&o);
+        rill_sched_ask_t a = ask_of(q, 6, 24, &o);
+        a.stop_at_newline = true;
+        rill_sched_rid_t rid = 0;
+        ck_assert_int_eq(rill_sched_ask(g.sch, sid, &a, &rid), RILL_OK);
+        wait_done(&o, 1);
+        ck_assert_int_eq(o.a.status, RILL_OK);
+        ck_assert_int_eq(o.a.n_tokens, end >= 0 ? end + 1 : 24);
+        ck_assert_mem_eq(o.tokens, want, (size_t)o.a.n_tokens * sizeof(int32_t));
+        cut = cut || end >= 0;
+        whole = whole || end < 0;
+        outcome_deinit(&o);
+    }
+    ck_assert_msg(cut && whole, "no question gave both kinds of answer (cut %d whole %d)", cut,
+                  whole);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(text_ingest_matches_whole_text) {
     rig_t g;
     rig_open(&g);
@@ -3252,6 +3321,7 @@ int main(int argc, char **argv) {
     tcase_set_timeout(tc, 600);
     if (!stress_only) {
         tcase_add_test(tc, ask_matches_direct_query);
+        tcase_add_test(tc, stop_at_newline_ends_the_first_line);
         tcase_add_test(tc, async_ingest_is_ordered_and_acknowledged);
         tcase_add_test(tc, questions_preempt_running_steps);
         tcase_add_test(tc, stats_count_backlog_and_step_times);

@@ -10,32 +10,35 @@
 
 #include "cli.h"
 #include "rill_alloc.h"
+#include "rill_chat.h"
 #include "rill_market.h"
+#include "rill_market_prompt.h"
+#include "rill_model.h"
 #include "stream_internal.h"
 
-static const char *const SYSTEM_PROMPT =
-    "Live market data feed. Each line is one trade: symbol, price, change from the symbol's "
-    "previous trade, size, and side (B buy, S sell).\n";
-
+/* The questions as a user asks them (the market truth's template table classifies them);
+ * how they are put to the model - the chat template, the answer-form instruction, the system
+ * prompt - is rill_market_prompt.h's, and prompt_text() below. */
 static const char *const QUESTIONS[] = {
-    "\nQuestion: Which symbol moved most in the last minute, and by how much? Answer with the "
-    "symbol and its change.\nAnswer:",
-    "\nQuestion: Is AAPL above its open? Answer yes or no, then give the last AAPL price from the "
-    "feed.\nAnswer:",
-    "\nQuestion: What was the last MSFT price in the feed above, and was that trade a buy or a "
-    "sell?\nAnswer:",
-    "\nQuestion: Which symbol traded the largest size in the last minute? Answer with the symbol "
-    "and the size.\nAnswer:",
-    "\nQuestion: Is NVDA going up or down over its last ten trades? Answer up, down or flat, "
-    "with its last price.\nAnswer:",
-    "\nQuestion: How many of the last ten BTC-USD trades were sells? Answer with one number "
-    "only.\nAnswer:",
+    "Which symbol moved most in the last minute, and by how much? Answer with the symbol and "
+    "its change.",
+    "Is AAPL above its open? Answer yes or no, then give the last AAPL price from the feed.",
+    "What was the last MSFT price in the feed above, and was that trade a buy or a sell?",
+    "Which symbol traded the largest size in the last minute? Answer with the symbol and the "
+    "size.",
+    "Is NVDA going up or down over its last ten trades? Answer up, down or flat, with its last "
+    "price.",
+    "How many of the last ten BTC-USD trades were sells? Answer with one number only.",
 };
 _Static_assert(sizeof QUESTIONS / sizeof QUESTIONS[0] == N_QUESTIONS, "N_QUESTIONS");
 
-static const char *const STANDING =
-    "\nQuestion: What is the latest price of each symbol in the feed above? Answer as a list of "
-    "symbol and price pairs.\nAnswer:";
+static const char *const STANDING = "What is the latest price of each symbol in the feed above? "
+                                    "Answer as a list of symbol and price pairs.";
+
+/* The fixed form for a model without a chat template (or --no-chat), as rilld's
+ * --question-format default (RILL_SERVER_QUESTION_FORMAT). */
+#define PLAIN_BEFORE "\nQuestion: "
+#define PLAIN_AFTER  "\nAnswer:"
 
 static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) {
@@ -54,10 +57,12 @@ static bool grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     return true;
 }
 
-/* Tokenizes text (no special handling unless add_special) into a new array. */
+/* Tokenizes text (bos/eos only when add_special; chat markers as special tokens when the
+ * prompts are chat turns) into a new array. */
 static int tokenize(bench_t *b, const char *text, size_t len, bool add_special, int32_t **out,
                     int32_t *n) {
-    int64_t cnt = rill_tokenizer_encode(b->l.tok, text, len, add_special, false, NULL, 0);
+    bool special = b->chat != NULL;
+    int64_t cnt = rill_tokenizer_encode(b->l.tok, text, len, add_special, special, NULL, 0);
     if (cnt < 0) {
         fprintf(stderr, "rill bench stream: tokenizer: %s\n", rill_strerror((rill_err_t)cnt));
         return 1;
@@ -66,19 +71,41 @@ static int tokenize(bench_t *b, const char *text, size_t len, bool add_special, 
     if (*out == NULL) {
         return 1;
     }
-    *n = (int32_t)rill_tokenizer_encode(b->l.tok, text, len, add_special, false, *out, cnt);
+    *n = (int32_t)rill_tokenizer_encode(b->l.tok, text, len, add_special, special, *out, cnt);
     return *n == cnt ? 0 : 1;
 }
 
-/* The kind of a question written "\nQuestion: TEXT\nAnswer:" (TEXT through the market
- * truth's template table; kind NONE, unscored, when it is not one of them). */
-static void classify(const char *wrapped, rill_market_question_t *q) {
-    const char *p = strstr(wrapped, "Question: "), *e = strstr(wrapped, "\nAnswer:");
-    memset(q, 0, sizeof *q);
-    if (p != NULL && e != NULL && e > p) {
-        p += strlen("Question: ");
-        rill_market_question_parse(p, (size_t)(e - p), q);
+/* The text put to the model for question q (NUL-terminated, into buf[0..cap)): with a chat
+ * template a user turn continuing the session (rill_chat_apply_turns) and the assistant's
+ * header, as rilld puts a question; else the fixed form. The question carries its kind's
+ * instruction when --instruct says so. Returns the length, or -1 when it does not fit. */
+static int64_t question_text(const bench_t *b, const char *q, char *buf, size_t cap) {
+    char with[1024];
+    int64_t n = rill_market_prompt_question(q, strlen(q), b->o.instruct, with, sizeof with);
+    if (n < 0) {
+        return -1;
     }
+    if (b->chat != NULL) {
+        rill_chat_msg_t m = { .role = "user", .content = with };
+        n = rill_chat_apply_turns(b->chat, &m, 1, true, buf, cap);
+    } else {
+        n = snprintf(buf, cap, PLAIN_BEFORE "%s" PLAIN_AFTER, with);
+    }
+    return n >= 0 && (size_t)n < cap ? n : -1;
+}
+
+/* The session's system prompt (the shared prompt every session starts with): the feed's
+ * description and, by --instruct, the answer rules; a system turn with a chat template. */
+static int64_t system_text(const bench_t *b, char *buf, size_t cap) {
+    const char *sys = rill_market_prompt_system(b->o.instruct);
+    int64_t n;
+    if (b->chat != NULL) {
+        rill_chat_msg_t m = { .role = "system", .content = sys };
+        n = rill_chat_apply(b->chat, &m, 1, false, buf, cap);
+    } else {
+        n = snprintf(buf, cap, "%s", sys);
+    }
+    return n >= 0 && (size_t)n < cap ? n : -1;
 }
 
 /* ---- the stream ------------------------------------------------------------------------- */
@@ -199,20 +226,32 @@ static int build_session(bench_t *b, int32_t s, rill_tokenizer_work_t *work) {
 }
 
 int rill__stream_build(bench_t *b) {
-    const char *prompt = b->o.no_prompt ? "" : SYSTEM_PROMPT;
-    if (tokenize(b, prompt, strlen(prompt), !b->o.no_prompt, &b->prompt, &b->n_prompt) != 0 ||
-        tokenize(b, STANDING, strlen(STANDING), false, &b->stok, &b->n_stok) != 0) {
+    if (!b->o.no_chat &&
+        rill_chat_new_gguf(rill_model_gguf(b->l.model), RILL_CHAT_AUTO, &b->chat) != RILL_OK) {
+        b->chat = NULL; /* no template rill renders: the fixed form */
+    }
+    int64_t n = b->o.no_prompt ? 0 : system_text(b, b->prompt_text, sizeof b->prompt_text);
+    if (n < 0) {
+        fprintf(stderr, "rill bench stream: the system prompt does not fit\n");
+        return 1;
+    }
+    b->prompt_text[n] = '\0';
+    n = question_text(b, STANDING, b->stand_text, sizeof b->stand_text);
+    if (n < 0 ||
+        tokenize(b, b->prompt_text, strlen(b->prompt_text), !b->o.no_prompt, &b->prompt,
+                 &b->n_prompt) != 0 ||
+        tokenize(b, b->stand_text, (size_t)n, false, &b->stok, &b->n_stok) != 0) {
         return 1;
     }
     b->max_q = b->n_stok;
-    classify(STANDING, &b->sq);
+    rill_market_question_parse(STANDING, strlen(STANDING), &b->sq);
     for (int32_t k = 0; k < N_QUESTIONS; k++) {
-        if (tokenize(b, QUESTIONS[k], strlen(QUESTIONS[k]), false, &b->qtok[k], &b->n_qtok[k]) !=
-            0) {
+        n = question_text(b, QUESTIONS[k], b->q_text[k], sizeof b->q_text[k]);
+        if (n < 0 || tokenize(b, b->q_text[k], (size_t)n, false, &b->qtok[k], &b->n_qtok[k]) != 0) {
             return 1;
         }
         b->max_q = b->n_qtok[k] > b->max_q ? b->n_qtok[k] : b->max_q;
-        classify(QUESTIONS[k], &b->qq[k]);
+        rill_market_question_parse(QUESTIONS[k], strlen(QUESTIONS[k]), &b->qq[k]);
     }
     b->ss = rill_calloc(RILL_MEM_OTHER, (size_t)b->o.sessions, sizeof *b->ss);
     rill_tokenizer_work_t *work = NULL;
@@ -301,18 +340,17 @@ int rill__stream_export(const bench_t *b, const char *path) {
             rill_backend_n_threads(b->l.be), rill_attn_name(rill_backend_attn(b->l.be)),
             b->o.max_delay_ms, b->o.no_standing ? "false" : "true");
     fprintf(f, "\"prompt_text\":");
-    rill__stream_json_str(f, b->o.no_prompt ? "" : SYSTEM_PROMPT,
-                          b->o.no_prompt ? 0 : strlen(SYSTEM_PROMPT));
+    rill__stream_json_str(f, b->prompt_text, strlen(b->prompt_text));
     fprintf(f, ",\"prompt\":");
     rill__stream_json_ids(f, b->prompt, b->n_prompt);
     fprintf(f, ",\n\"standing_text\":");
-    rill__stream_json_str(f, STANDING, strlen(STANDING));
+    rill__stream_json_str(f, b->stand_text, strlen(b->stand_text));
     fprintf(f, ",\"standing_tokens\":");
     rill__stream_json_ids(f, b->stok, b->n_stok);
     fprintf(f, ",\n\"question_texts\":[");
     for (int32_t k = 0; k < N_QUESTIONS; k++) {
         fprintf(f, k ? "," : "");
-        rill__stream_json_str(f, QUESTIONS[k], strlen(QUESTIONS[k]));
+        rill__stream_json_str(f, b->q_text[k], strlen(b->q_text[k]));
     }
     fprintf(f, "],\n\"question_tokens\":[");
     for (int32_t k = 0; k < N_QUESTIONS; k++) {

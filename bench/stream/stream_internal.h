@@ -60,6 +60,8 @@
 #include <stdio.h>
 
 #include "local.h"
+#include "rill_chat.h"
+#include "rill_market_prompt.h"
 #include "rill_market_truth.h"
 #include "rill_scheduler.h"
 #include "rill_session.h"
@@ -74,10 +76,18 @@ typedef struct opts {
     int64_t sessions, every, answer, context, seed, stateless;
     double rate, duration, max_delay_ms;
     bool no_standing, no_prompt, export_only;
+    bool no_chat, no_stop;           /* the fixed question form; decode every --answer token */
+    rill_market_instruct_t instruct; /* where the answer rules go (rill_market_prompt.h) */
+    int64_t standing_answer;         /* the standing query's answer limit in tokens */
     const char *json_path, *export_path;
 } opts_t;
 
 typedef struct bench bench_t;
+
+/* The longest answer in ids any request of the run may decode (questions and standing). */
+static inline int64_t rill__stream_max_answer(const opts_t *o) {
+    return o->standing_answer > o->answer ? o->standing_answer : o->answer;
+}
 
 /* The host's CPU time from /proc/stat's "cpu" line, in clock ticks: all of it and what the
  * hypervisor gave to others (steal); ok false where the file cannot be read (not Linux). */
@@ -166,6 +176,8 @@ struct bench {
     sstream_t *ss;
     question_t *qs;
     int64_t n_qs, cap_qs;
+    rill_chat_t *chat; /* the model's chat template; NULL: the fixed form */
+    char prompt_text[2048], stand_text[1024], q_text[N_QUESTIONS][1024]; /* as put to the model */
     int32_t *prompt, n_prompt;
     int32_t *qtok[N_QUESTIONS], n_qtok[N_QUESTIONS], max_q;
     int32_t *stok, n_stok;

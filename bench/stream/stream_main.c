@@ -15,13 +15,21 @@
 static int setup_pool(bench_t *b) {
     int32_t P = RILL_KV_PAGE_SIZE;
     int32_t K = (int32_t)b->o.sessions;
-    int64_t need = b->o.context + b->max_q + b->o.answer;
     int32_t train = b->l.hp->n_ctx_train;
+    if (b->o.standing_answer == 0) {
+        /* room for six symbols and their prices on one line, where the model's context has it */
+        b->o.standing_answer = b->o.answer > 96 ? b->o.answer : 96;
+        if (b->o.context + b->max_q + b->o.standing_answer > train) {
+            b->o.standing_answer = b->o.answer;
+        }
+    }
+    int64_t need = b->o.context + b->max_q + rill__stream_max_answer(&b->o);
     if (need > train) {
         fprintf(stderr,
-                "rill bench stream: --context %lld + a question (%d) + --answer %lld = %lld "
-                "tokens exceed the model's context %d\n",
-                (long long)b->o.context, b->max_q, (long long)b->o.answer, (long long)need, train);
+                "rill bench stream: --context %lld + a question (%d) + --answer %lld (standing "
+                "%lld) = %lld tokens exceed the model's context %d\n",
+                (long long)b->o.context, b->max_q, (long long)b->o.answer,
+                (long long)b->o.standing_answer, (long long)need, train);
         return 2;
     }
     b->n_ctx = (int32_t)((need + P - 1) / P * P);
@@ -31,7 +39,7 @@ static int setup_pool(bench_t *b) {
     b->res_pages = (b->n_ctx + P - 1) / P;
     /* Forks of K questions and K standing refreshes at once, each its question and answer
      * plus a copied last page; at least two full steps (the scheduler's minimum). */
-    int32_t per_fork = (int32_t)((b->max_q + b->o.answer + P - 1) / P) + 2;
+    int32_t per_fork = (int32_t)((b->max_q + rill__stream_max_answer(&b->o) + P - 1) / P) + 2;
     b->overflow = 2 * K * per_fork;
     if (b->overflow < 2 * (512 + P - 1) / P) {
         b->overflow = 2 * (512 + P - 1) / P;
@@ -57,6 +65,7 @@ static int setup_pool(bench_t *b) {
 
 static void bench_free(bench_t *b) {
     rill_session_pool_destroy(&b->pool);
+    rill_chat_destroy(&b->chat);
     for (int32_t s = 0; b->ss != NULL && s < (int32_t)b->o.sessions; s++) {
         rill_free(b->ss[s].chunks);
         rill_free(b->ss[s].tokens);
@@ -105,6 +114,7 @@ int rill_bench_stream_main(int argc, char **argv) {
     o->seed = 1;
     o->stateless = 2;
     o->max_delay_ms = 50;
+    const char *instruct = rill_market_instruct_name(RILL_MARKET_INSTRUCT_DEFAULT);
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_STRING, &o->lo.model_path, "GGUF model file (default: SmolLM2-135M)",
           0, -1 },
@@ -119,8 +129,7 @@ int rill_bench_stream_main(int argc, char **argv) {
           10000 },
         { "every", "-q", CLI_INT, &o->every, "a question on a session every N of its ticks", 1,
           1 << 20 },
-        { "answer", "-n", CLI_INT, &o->answer, "answer tokens per question (always all decoded)", 1,
-          4096 },
+        { "answer", "-n", CLI_INT, &o->answer, "answer tokens per question, at most", 1, 4096 },
         { "context", "-c", CLI_INT, &o->context,
           "a session's stream ends before its context passes N tokens", 64, 1 << 20 },
         { "duration", NULL, CLI_FLOAT, &o->duration,
@@ -133,6 +142,21 @@ int rill_bench_stream_main(int argc, char **argv) {
           10000 },
         { "no-standing", NULL, CLI_FLAG, &o->no_standing,
           "no standing query (default: one per session)", 0, -1 },
+        { "standing-answer", NULL, CLI_INT, &o->standing_answer,
+          "the standing query's answer limit in tokens (0 = the larger of --answer and 96 - its "
+          "answer lists every symbol - or --answer where that does not fit the model's context)",
+          0, 4096 },
+        { "instruct", NULL, CLI_STRING, &instruct,
+          "where the answer rules go: none, system (the system prompt), question (after each "
+          "question) or both (docs/market_prompts.md)",
+          0, -1 },
+        { "no-chat", NULL, CLI_FLAG, &o->no_chat,
+          "the fixed \"Question: ... Answer:\" form even when the model has a chat template", 0,
+          -1 },
+        { "no-stop", NULL, CLI_FLAG, &o->no_stop,
+          "decode every --answer token (default: an answer ends with its first line or an "
+          "end-of-generation token)",
+          0, -1 },
         { "no-prompt", NULL, CLI_FLAG, &o->no_prompt,
           "no shared system prompt at the start of each session (default: one, ~35 tokens)", 0,
           -1 },
@@ -164,6 +188,11 @@ int rill_bench_stream_main(int argc, char **argv) {
     if (rc != 0) {
         rill_free(b);
         return rc == 1 ? 0 : 2;
+    }
+    if (!rill_market_instruct_from_name(instruct, &o->instruct)) {
+        fprintf(stderr, "rill bench stream: --instruct: none, system, question or both\n");
+        rill_free(b);
+        return 2;
     }
     if (o->export_only && o->export_path == NULL) {
         fprintf(stderr, "rill bench stream: --export-only needs --export FILE\n");
@@ -214,8 +243,8 @@ int rill_bench_stream_main(int argc, char **argv) {
             n_sa += b->ss[s].n_chunks + 2;
         }
         if (rc == 0 && !o->no_standing) {
-            b->sanswers =
-                rill_calloc(RILL_MEM_OTHER, (size_t)(n_sa * o->answer), sizeof *b->sanswers);
+            b->sanswers = rill_calloc(RILL_MEM_OTHER, (size_t)(n_sa * o->standing_answer),
+                                      sizeof *b->sanswers);
             rc = b->sanswers == NULL;
         }
         for (int32_t s = 0, *ids = b->sanswers; rc == 0 && s < K && !o->no_standing; s++) {
@@ -226,7 +255,7 @@ int rill_bench_stream_main(int argc, char **argv) {
                 rc = 1;
                 break;
             }
-            for (int64_t i = 0; i < st->cap_kept; i++, ids += o->answer) {
+            for (int64_t i = 0; i < st->cap_kept; i++, ids += o->standing_answer) {
                 st->kept[i].tokens = ids;
             }
         }

@@ -83,7 +83,8 @@ static size_t answer_text(const bench_t *b, const int32_t *ids, int32_t n, char 
 
 /* Bytes that always hold a decoded answer of --answer ids. */
 static size_t text_cap(const bench_t *b) {
-    return RILL_TEXT_CLEAN_BOUND((size_t)b->o.answer * rill_tokenizer_max_piece(b->l.tok) + 16) +
+    return RILL_TEXT_CLEAN_BOUND(
+               (size_t)rill__stream_max_answer(&b->o) * rill_tokenizer_max_piece(b->l.tok) + 16) +
            16;
 }
 
@@ -259,14 +260,17 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
             "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"f16\","
-            "\"standing\":%s,\"max_delay_ms\":%g,\"questions\":%lld,\"failed\":%lld",
+            "\"standing\":%s,\"max_delay_ms\":%g,\"questions\":%lld,\"failed\":%lld,"
+            "\"prompt\":\"%s\",\"instruct\":\"%s\",\"stop\":%s,\"standing_answer\":%lld",
             mode, rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate,
             (long long)b->o.every, (long long)b->o.answer, (long long)b->o.context,
             rill_backend_n_threads(b->l.be), rill_backend_name(b->l.be),
             rill_attn_name(rill_backend_attn(b->l.be)), (long long)b->o.seed,
             b->o.no_standing ? "false" : "true",
             strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, (long long)sm->n,
-            (long long)sm->failed);
+            (long long)sm->failed, b->chat != NULL ? "chat" : "plain",
+            rill_market_instruct_name(b->o.instruct), b->o.no_stop ? "false" : "true",
+            (long long)b->o.standing_answer);
     json_num(f, "ttft_p50_ms", sm->p50);
     json_num(f, "ttft_p90_ms", sm->p90);
     json_num(f, "ttft_p99_ms", sm->p99);
@@ -313,7 +317,8 @@ int rill__stream_report(bench_t *b) {
     /* the check of every answer (see the top) */
     size_t cap = text_cap(b);
     char *buf = rill_malloc(RILL_MEM_OTHER, cap);
-    g_dec.raw_cap = (size_t)b->o.answer * rill_tokenizer_max_piece(b->l.tok) + 16;
+    g_dec.raw_cap =
+        (size_t)rill__stream_max_answer(&b->o) * rill_tokenizer_max_piece(b->l.tok) + 16;
     g_dec.raw = rill_malloc(RILL_MEM_OTHER, g_dec.raw_cap);
     if (buf == NULL || g_dec.raw == NULL || rill_text_clean_new(NULL, &g_dec.clean) != RILL_OK) {
         rill_free(g_dec.raw);
@@ -425,6 +430,11 @@ int rill__stream_report(bench_t *b) {
            rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate, (long long)b->o.every,
            (long long)b->n_qs, (long long)b->o.answer, (long long)b->o.context,
            rill_backend_n_threads(b->l.be));
+    printf("prompts: %s, instruction: %s, answers end %s; standing answers up to %lld tokens\n",
+           b->chat != NULL ? "the model's chat template" : "the fixed Question/Answer form",
+           rill_market_instruct_name(b->o.instruct),
+           b->o.no_stop ? "at --answer tokens" : "with their first line",
+           (long long)b->o.standing_answer);
     printf("\n| context <= | questions | rill TTFT p50 ms | p90 | p99 | stateless (a) n | "
            "(a) TTFT p50 ms | (a) / rill |\n|---|---|---|---|---|---|---|---|\n");
     for (int k = 0; k < b->n_buckets; k++) {

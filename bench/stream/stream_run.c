@@ -92,7 +92,8 @@ static void on_standing(void *user, rill_sched_rid_t rid, const rill_sched_answe
         sanswer_t *k = &st->kept[st->n_kept++];
         k->version = a->version;
         k->n_context = a->n_context;
-        k->n_tokens = a->n_tokens < (int32_t)b->o.answer ? a->n_tokens : (int32_t)b->o.answer;
+        int32_t cap = (int32_t)b->o.standing_answer;
+        k->n_tokens = a->n_tokens < cap ? a->n_tokens : cap;
         memcpy(k->tokens, a->tokens, (size_t)k->n_tokens * sizeof *k->tokens);
     }
     pthread_mutex_unlock(&b->mu);
@@ -151,7 +152,8 @@ static void *feed(void *arg) {
             rill_sched_ask_t a = { .question = b->qtok[q->kind],
                                    .n_question = b->n_qtok[q->kind],
                                    .n_max = (int32_t)b->o.answer,
-                                   .stop_at_eog = false,
+                                   .stop_at_eog = !b->o.no_stop,
+                                   .stop_at_newline = !b->o.no_stop,
                                    .on_token = on_token,
                                    .on_done = on_done,
                                    .user = r };
@@ -230,7 +232,9 @@ int rill__stream_run_rill(bench_t *b) {
             b->st[s].b = b;
             rill_sched_ask_t a = { .question = b->stok,
                                    .n_question = b->n_stok,
-                                   .n_max = (int32_t)b->o.answer,
+                                   .n_max = (int32_t)b->o.standing_answer,
+                                   .stop_at_eog = !b->o.no_stop,
+                                   .stop_at_newline = !b->o.no_stop,
                                    .on_done = on_standing,
                                    .user = &b->st[s] };
             rill_sched_rid_t qid = 0;
@@ -360,6 +364,8 @@ int rill__stream_run_stateless(bench_t *b) {
         rill_sched_ask_t a = { .question = req,
                                .n_question = len,
                                .n_max = (int32_t)b->o.answer,
+                               .stop_at_eog = !b->o.no_stop,
+                               .stop_at_newline = !b->o.no_stop,
                                .on_token = on_token,
                                .on_done = on_done,
                                .user = r };

@@ -19,6 +19,14 @@
  * later batches were still queued drops them, and its version does not count them), so the
  * version is what it saw; a batch evaluated in part when the question forked is not counted,
  * though its first lines were in the context.
+ *
+ * How the questions are put (issue 23, item 2; ingest/rill_market_prompt.h, tuned in
+ * docs/market_prompts.md): each session starts with the market system prompt (the feed's fields
+ * and the answer rules), and every question, interactive or standing, is sent with its kind's
+ * answer-form instruction after it (--instruct chooses; the truth's table classifies the
+ * question either way). rilld ends a chat answer at the model's end-of-turn token; the demo
+ * prints and scores an answer's first line (the stop rule, rill_market_answer_line) and marks
+ * what the model wrote after it with " [+N bytes]".
  */
 #include <inttypes.h>
 #include <math.h>
@@ -31,6 +39,7 @@
 #include "rill_client.h"
 #include "rill_hist.h"
 #include "rill_market.h"
+#include "rill_market_prompt.h"
 #include "rill_market_truth.h"
 
 #define MAX_SESSIONS 8
@@ -73,6 +82,7 @@ typedef struct opts {
     double duration, speed, rate, ask_every, tick_rate;
     uint64_t seed;
     bool quiet;
+    rill_market_instruct_t instruct;
 } opts_t;
 
 static void usage(void) {
@@ -92,8 +102,11 @@ static void usage(void) {
            "session\n"
            "  --ask-every S     seconds between interactive questions (default 4)\n"
            "  --tick-rate R     rilld's --tick-rate (to replay its governor; default 20)\n"
+           "  --instruct WHERE  where the answer rules go: none, system, question or both\n"
+           "                    (default %s; docs/market_prompts.md)\n"
            "  --quiet           only the summary\n",
-           RILL_CLIENT_DEFAULT_REQUESTS, RILL_CLIENT_DEFAULT_EVENTS, MAX_SESSIONS);
+           RILL_CLIENT_DEFAULT_REQUESTS, RILL_CLIENT_DEFAULT_EVENTS, MAX_SESSIONS,
+           rill_market_instruct_name(RILL_MARKET_INSTRUCT_DEFAULT));
 }
 
 static int parse(int argc, char **argv, opts_t *o) {
@@ -105,7 +118,8 @@ static int parse(int argc, char **argv, opts_t *o) {
                    .rate = 3,
                    .ask_every = 4,
                    .tick_rate = 20,
-                   .seed = 7 };
+                   .seed = 7,
+                   .instruct = RILL_MARKET_INSTRUCT_DEFAULT };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
@@ -141,6 +155,8 @@ static int parse(int argc, char **argv, opts_t *o) {
             o->seed = (uint64_t)d;
         } else if (num && strcmp(a, "--tick-rate") == 0 && d > 0) {
             o->tick_rate = d;
+        } else if (strcmp(a, "--instruct") == 0 &&
+                   rill_market_instruct_from_name(v, &o->instruct)) {
         } else if (num && strcmp(a, "--ask-every") == 0 && d > 0) {
             o->ask_every = d;
         } else {
@@ -251,7 +267,8 @@ static void check(sess_t *s, const char *q, int64_t v, const char *answer, size_
         memset(&mq, 0, sizeof mq); /* not a question with a known answer: unscored */
     }
     rill_market_verdict_t vd = RILL_MARKET_UNSCORED;
-    if (rill_market_truth_score(s->truth, &mq, v, answer, len, &vd) != RILL_OK) {
+    size_t at = 0, n1 = rill_market_answer_line(answer, len, &at); /* the stop rule */
+    if (rill_market_truth_score(s->truth, &mq, v, answer + at, n1, &vd) != RILL_OK) {
         vd = RILL_MARKET_UNSCORED;
     }
     rill_market_tally_add(tl, mq.kind, vd);
@@ -263,6 +280,20 @@ static void check(sess_t *s, const char *q, int64_t v, const char *answer, size_
                : vd == RILL_MARKET_WRONG ? "wrong"
                                          : "unscored",
                v, n >= 0 ? want : "nothing to know yet");
+    }
+}
+
+/* An answer as printed: its first line (the stop rule; at most 80 bytes), and " [+N bytes]"
+ * when the model wrote more after it. */
+static void first_line(const char *a, size_t n, char *out, size_t cap) {
+    size_t at = 0, n1 = rill_market_answer_line(a, n, &at);
+    size_t rest = 0;
+    for (size_t i = at + n1; i < n; i++) { /* what follows, blanks aside */
+        rest += a[i] != ' ' && a[i] != '\n' && a[i] != '\r' && a[i] != '\t';
+    }
+    int k = snprintf(out, cap, "%.*s", (int)(n1 < 80 ? n1 : 80), a + at);
+    if (rest > 0 && k >= 0 && (size_t)k < cap) {
+        snprintf(out + k, cap - (size_t)k, " [+%zu bytes]", n - at - n1);
     }
 }
 
@@ -302,7 +333,8 @@ int main(int argc, char **argv) {
         snprintf(s->name, sizeof s->name, "market-%d", i + 1);
         rill_hist_init(&s->ttft);
         rill_client_session_close(c, s->name); /* a leftover of an earlier run */
-        rill_err_t e = rill_client_session_create(c, s->name, -1, -1, NULL, NULL);
+        rill_err_t e = rill_client_session_create(c, s->name, -1, -1,
+                                                  rill_market_prompt_system(o.instruct), NULL);
         if (e != RILL_OK) {
             fprintf(stderr, "market-demo: session.create %s: %s %s\n", s->name, rill_err_name(e),
                     rill_last_error(RILL_OK));
@@ -332,7 +364,12 @@ int main(int argc, char **argv) {
             return 1;
         }
         for (size_t q = 0; q < sizeof k_standing / sizeof *k_standing; q++) {
-            e = rill_client_standing_register(c, s->name, k_standing[q], 24, NULL);
+            char asked[512];
+            if (rill_market_prompt_question(k_standing[q], strlen(k_standing[q]), o.instruct, asked,
+                                            sizeof asked) < 0) {
+                snprintf(asked, sizeof asked, "%s", k_standing[q]);
+            }
+            e = rill_client_standing_register(c, s->name, asked, 24, NULL);
             if (e != RILL_OK) {
                 fprintf(stderr, "market-demo: standing.register: %s %s\n", rill_err_name(e),
                         rill_last_error(RILL_OK));
@@ -411,10 +448,12 @@ int main(int argc, char **argv) {
                 }
             }
             if (!o.quiet) {
+                char shown[128];
+                first_line(ev.answer, ev.answer_len, shown, sizeof shown);
                 printf("[%6.1fs] %-9s push  v%-5" PRId64 " (now v%" PRId64 ", %5.0f ms to compute) "
-                       "%s -> %.*s\n",
+                       "%s -> %s\n",
                        now_s() - t_start, ev.session, ev.version, ev.data_version, ev.compute_ms,
-                       ev.question, (int)(ev.answer_len < 80 ? ev.answer_len : 80), ev.answer);
+                       ev.question, shown);
             }
             if (from != NULL) {
                 check(from, ev.question != NULL ? ev.question : "", ev.version, ev.answer,
@@ -428,14 +467,19 @@ int main(int argc, char **argv) {
             const char *q = k_questions[ask_turn % (int)(sizeof k_questions / sizeof *k_questions)];
             ask_turn++;
             rill_client_answer_t a;
-            rill_err_t e = rill_client_ask(c, s->name, q, 24, NULL, NULL, &a);
+            char asked[512];
+            if (rill_market_prompt_question(q, strlen(q), o.instruct, asked, sizeof asked) < 0) {
+                snprintf(asked, sizeof asked, "%s", q);
+            }
+            rill_err_t e = rill_client_ask(c, s->name, asked, 24, NULL, NULL, &a);
             if (e == RILL_OK) {
                 rill_hist_record(&s->ttft, a.ttft_ms > 0 ? (uint64_t)llround(a.ttft_ms * 1e6) : 0);
                 if (!o.quiet) {
+                    char shown[128];
+                    first_line(a.answer, a.answer_len, shown, sizeof shown);
                     printf("[%6.1fs] %-9s ask   ttft %6.1f ms over %5" PRId64 " tokens: %s -> "
-                           "%.*s\n",
-                           now_s() - t_start, s->name, a.ttft_ms, a.context, q,
-                           (int)(a.answer_len < 80 ? a.answer_len : 80), a.answer);
+                           "%s\n",
+                           now_s() - t_start, s->name, a.ttft_ms, a.context, q, shown);
                 }
                 check(s, q, a.version, a.answer, a.answer_len, &tally, o.quiet);
             } else if (e != RILL_OK) {
