@@ -25,7 +25,8 @@
  *     llama.cpp's F16 matmul does) the encoder's stored rows are within 6.4e-4 of their scale
  *     (bound 4e-3) and the greedy transcripts are still equal: the f16 rounding (2^-11 relative)
  *     of every matmul input, grown through the conv stem and 4 layers.
- * Greedy transcripts: token ids equal to faster-whisper's, and the text too.
+ * Greedy transcripts: token ids equal to faster-whisper's, and the text too, from the oracle's
+ * features and end to end from the WAV files through rill's own mel front end (rill_mel.h).
  *
  * Model: models/whisper-tiny.en.gguf (scripts/setup.sh), or the directory in
  * RILL_TEST_WHISPER_DIR; reference files: RILL_TEST_WHISPER_REF overrides the directory.
@@ -38,6 +39,7 @@
 
 #include "rill_core.h"
 #include "rill_forward.h"
+#include "rill_mel.h"
 #include "rill_whisper.h"
 #include "test_util.h"
 
@@ -634,6 +636,117 @@ START_TEST(test_allocation_failures) {
 }
 END_TEST
 
+/* ---- end to end: WAV file -> rill_mel -> encoder -> greedy -------------------------------- */
+
+/* A minimal reader of 16 kHz mono 16-bit PCM WAV files (what the test clips are): samples /
+ * 32768 as floats, *n of them; NULL when the file is absent. Asserts the format. */
+static float *read_wav(const char *path, int64_t *n) {
+    if (!test_file_exists(path)) {
+        return NULL;
+    }
+    size_t len = 0;
+    uint8_t *b = test_read_file(path, &len);
+    ck_assert_msg(len >= 12 && memcmp(b, "RIFF", 4) == 0 && memcmp(b + 8, "WAVE", 4) == 0,
+                  "%s: not a RIFF WAVE file", path);
+    float *x = NULL;
+    bool fmt_ok = false;
+    for (size_t off = 12; off + 8 <= len;) {
+        const uint32_t size = (uint32_t)b[off + 4] | (uint32_t)b[off + 5] << 8 |
+                              (uint32_t)b[off + 6] << 16 | (uint32_t)b[off + 7] << 24;
+        ck_assert_msg(size <= len - off - 8, "%s: chunk runs past the end", path);
+        const uint8_t *c = b + off + 8;
+        if (memcmp(b + off, "fmt ", 4) == 0) {
+            ck_assert_uint_ge(size, 16);
+            const unsigned tag = c[0] | c[1] << 8, ch = c[2] | c[3] << 8, bits = c[14] | c[15] << 8;
+            const uint32_t rate =
+                (uint32_t)c[4] | (uint32_t)c[5] << 8 | (uint32_t)c[6] << 16 | (uint32_t)c[7] << 24;
+            ck_assert_msg(tag == 1 && ch == 1 && bits == 16 && rate == 16000,
+                          "%s: not 16 kHz mono 16-bit PCM", path);
+            fmt_ok = true;
+        } else if (memcmp(b + off, "data", 4) == 0) {
+            ck_assert_msg(fmt_ok, "%s: data before fmt", path);
+            *n = size / 2;
+            x = malloc((size_t)(*n > 0 ? *n : 1) * sizeof *x);
+            ck_assert_ptr_nonnull(x);
+            for (int64_t i = 0; i < *n; i++) {
+                const int16_t v = (int16_t)(c[2 * i] | c[2 * i + 1] << 8);
+                x[i] = (float)v / 32768.0f;
+            }
+            break;
+        }
+        off += 8 + size + (size & 1);
+    }
+    free(b);
+    ck_assert_msg(x != NULL, "%s: no data chunk", path);
+    return x;
+}
+
+/* Every tiny.en clip of transcripts.tsv whose audio is here, from the WAV file: rill's mel front
+ * end (faster-whisper's features: the first n / 160 frames, zero-padded to 3000), the encoder and
+ * the greedy decoder give faster-whisper's token ids and text. */
+START_TEST(test_wav_end_to_end) {
+    static const char *const clips[][2] = {
+        { "birch", RILL_SOURCE_DIR "/tests/data/audio/birch_canoe_espeak.wav" },
+        { "lv0870", "/usr/share/pocketsphinx/test/data/librivox/"
+                    "sense_and_sensibility_01_austen_64kb-0870.wav" },
+        { "lv0880", "/usr/share/pocketsphinx/test/data/librivox/"
+                    "sense_and_sensibility_01_austen_64kb-0880.wav" },
+        { "lv0890", "/usr/share/pocketsphinx/test/data/librivox/"
+                    "sense_and_sensibility_01_austen_64kb-0890.wav" },
+        { "lv0920", "/usr/share/pocketsphinx/test/data/librivox/"
+                    "sense_and_sensibility_01_austen_64kb-0920.wav" },
+        { "lv0930", "/usr/share/pocketsphinx/test/data/librivox/"
+                    "sense_and_sensibility_01_austen_64kb-0930.wav" },
+    };
+    rig_t r = rig_open(true);
+    const rill_whisper_hparams_t *hp = rill_whisper_hparams(r.w);
+    const rill_whisper_weights_t *ww = rill_model_whisper_weights(r.m);
+    const int32_t nf = rill_whisper_n_frames(r.w);
+    float *mel = malloc((size_t)hp->n_mels * (size_t)nf * sizeof *mel);
+    ck_assert_ptr_nonnull(mel);
+    rill_whisper_window_t *win = NULL;
+    ck_assert_int_eq(rill_whisper_window_new(r.w, &win), RILL_OK);
+    int done = 0;
+    for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++) {
+        int32_t want[448];
+        char text[4096];
+        int64_t n = 0;
+        const int n_want =
+            transcript_of("whisper-tiny.en", clips[c][0], want, 448, text, sizeof text);
+        float *x = n_want >= 0 ? read_wav(clips[c][1], &n) : NULL;
+        if (x == NULL) {
+            printf("SKIP part: %s (%s) absent\n", clips[c][0], clips[c][1]);
+            continue;
+        }
+        ck_assert_int_le(n / RILL_MEL_HOP, nf);
+        rill_mel_t *fe = NULL;
+        ck_assert_int_eq(rill_mel_new(ww->mel_filters.data, hp->n_mels, n, &fe), RILL_OK);
+        ck_assert_int_eq(rill_mel_append(fe, x, n), RILL_OK);
+        const int64_t use = n / RILL_MEL_HOP;
+        memset(mel, 0, (size_t)hp->n_mels * (size_t)nf * sizeof *mel);
+        ck_assert_int_eq(rill_mel_features(fe, 0, use, mel, nf), RILL_OK);
+        rill_mel_destroy(&fe);
+        ck_assert_int_eq(rill_whisper_encode(r.w, mel, nf, win), RILL_OK);
+        rill_whisper_transcript_t t;
+        ck_assert_int_eq(rill_whisper_greedy(r.w, win, NULL, &t), RILL_OK);
+        printf("%s from its WAV: '%s'\n", clips[c][0], t.text);
+        ck_assert_msg(t.n_tokens == n_want, "%s: %d tokens, faster-whisper %d ('%s' vs '%s')",
+                      clips[c][0], t.n_tokens, n_want, t.text, text);
+        for (int i = 0; i < n_want; i++) {
+            ck_assert_int_eq(t.tokens[i], want[i]);
+        }
+        ck_assert_str_eq(t.text, text);
+        rill_whisper_transcript_deinit(&t);
+        free(x);
+        done++;
+    }
+    printf("%d clips transcribed from WAV as faster-whisper does\n", done);
+    rill_whisper_window_destroy(&win);
+    free(mel);
+    rig_close(&r);
+}
+END_TEST
+
 static Suite *whisper_suite(void) {
     Suite *s = suite_create("whisper");
     TCase *tc = tcase_create("whisper");
@@ -641,6 +754,7 @@ static Suite *whisper_suite(void) {
     tcase_add_test(tc, test_encoder_matches_ctranslate2);
     tcase_add_test(tc, test_decoder_matches_ctranslate2);
     tcase_add_test(tc, test_greedy_matches_faster_whisper);
+    tcase_add_test(tc, test_wav_end_to_end);
     tcase_add_test(tc, test_no_speech_on_silence);
     tcase_add_test(tc, test_decode_batching);
     tcase_add_test(tc, test_bad_arguments);
