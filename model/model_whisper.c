@@ -1,5 +1,5 @@
 /*
- * model_whisper.c - binding a whisper GGUF (tools/whisper_to_gguf.py's layout, docs/whisper.md):
+ * model_whisper.c - binding a whisper GGUF (tools/whisper_to_gguf.py's layout, docs/whisper_gguf.md):
  * hyper-parameters, special tokens, token lists and every tensor, checked for shape and type.
  *
  * Design. The same discipline as the llama loader (model.c): every key read with its range

@@ -26,7 +26,7 @@
  * BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K or Q6_K; norms, biases and rope_freqs must be F32.
  *
  * Architecture "whisper" (OpenAI's Whisper as CTranslate2 stores it, converted to GGUF by
- * tools/whisper_to_gguf.py; layout: docs/whisper.md) loads through the same functions but is a
+ * tools/whisper_to_gguf.py; layout: docs/whisper_gguf.md) loads through the same functions but is a
  * different shape of model: its hyper-parameters, special tokens and weights are in
  * rill_whisper_hparams_t / rill_whisper_weights_t (rill_model_whisper_hparams(),
  * rill_model_whisper_weights()). For it rill_hparams_t describes the text decoder only (n_vocab,
