@@ -75,12 +75,12 @@ def json_lines(out):
     assert set(final) == {"final", "text", "audio_s", "wall_s", "rtf"}, final
     assert final["final"] is True
     # committed text never shrinks or changes: each line's extends the one before
-    prev, prev_t = "", None
+    prev, prev_t, prev_s = "", None, 0.0
     for c in changes:
         assert c["committed"].startswith(prev), (prev, c["committed"])
-        assert c["audio_s"] >= (prev_t or 0) and c["audio_s"] <= final["audio_s"]
+        assert prev_s <= c["audio_s"] <= final["audio_s"], (prev_s, c, final)
         assert c["committed"] != prev or c["tentative"] != prev_t, "a line without a change"
-        prev, prev_t = c["committed"], c["tentative"]
+        prev, prev_t, prev_s = c["committed"], c["tentative"], c["audio_s"]
     assert final["text"] == prev.lstrip(" "), (final["text"], prev)
     assert abs(final["rtf"] - final["wall_s"] / final["audio_s"]) < 0.01, final
     return changes, final
