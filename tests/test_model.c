@@ -1420,7 +1420,10 @@ static uint8_t *build_whisper(const wtiny_t *t, size_t *len) {
     return gw_finish(&w, len);
 }
 
-static rill_err_t load_whisper(const wtiny_t *t, rill_model_t **m) {
+/* Loads a synthetic whisper file from memory. The model borrows the buffer: with keep, the
+ * caller gets it in *keep and frees it after destroying the model; without, it is freed here (for
+ * loads expected to fail; a model that loaded anyway is destroyed first). */
+static rill_err_t load_whisper_keep(const wtiny_t *t, rill_model_t **m, uint8_t **keep) {
     size_t n;
     uint8_t *b = build_whisper(t, &n);
     int64_t before = live();
@@ -1428,14 +1431,24 @@ static rill_err_t load_whisper(const wtiny_t *t, rill_model_t **m) {
     if (e != RILL_OK) {
         ck_assert_int_eq(live(), before);
     }
-    free(b);
+    if (keep != NULL) {
+        *keep = b;
+    } else {
+        rill_model_destroy(m);
+        free(b);
+    }
     return e;
+}
+
+static rill_err_t load_whisper(const wtiny_t *t, rill_model_t **m) {
+    return load_whisper_keep(t, m, NULL);
 }
 
 START_TEST(model_loads_tiny_whisper) {
     wtiny_t t = { 0 };
     rill_model_t *m = NULL;
-    ck_assert_int_eq(load_whisper(&t, &m), RILL_OK);
+    uint8_t *keep = NULL;
+    ck_assert_int_eq(load_whisper_keep(&t, &m, &keep), RILL_OK);
     const rill_hparams_t *hp = rill_model_hparams(m);
     ck_assert_int_eq(hp->arch, RILL_ARCH_WHISPER);
     ck_assert_str_eq(rill_arch_name(hp->arch), "whisper");
@@ -1484,6 +1497,7 @@ START_TEST(model_loads_tiny_whisper) {
     ck_assert_ptr_eq((const char *)ca->wv.data, (const char *)ca->wk.data + 8 * ca->wk.row_bytes);
     ck_assert_ptr_null(rill_model_whisper_hparams(NULL));
     rill_model_destroy(&m);
+    free(keep);
     /* llama models have no whisper part */
     tiny_t lt = tiny_default();
     size_t n;
@@ -1495,13 +1509,14 @@ START_TEST(model_loads_tiny_whisper) {
     free(b);
     /* a multilingual one */
     t.multilingual = true;
-    ck_assert_int_eq(load_whisper(&t, &m), RILL_OK);
+    ck_assert_int_eq(load_whisper_keep(&t, &m, &keep), RILL_OK);
     wh = rill_model_whisper_hparams(m);
     ck_assert(wh->multilingual);
     ck_assert_int_eq(wh->n_langs, 1);
     ck_assert_int_eq(wh->lang_ids[0], 7);
     ck_assert(rill_gguf_str_eq(wh->lang_codes[0], "en"));
     rill_model_destroy(&m);
+    free(keep);
 }
 END_TEST
 
