@@ -168,14 +168,14 @@ static bool readable(const char *p) {
     return access(p, R_OK) == 0;
 }
 
-const char *cli_default_model(void) {
+const char *cli_find_model(const char *file, const char *env_name) {
     static char path[PATH_MAX];
-    const char *env = getenv("RILL_MODEL");
+    const char *env = env_name != NULL ? getenv(env_name) : NULL;
     if (env != NULL && env[0] != '\0') {
         snprintf(path, sizeof path, "%s", env);
         return path;
     }
-    snprintf(path, sizeof path, "models/%s", RILL_DEFAULT_MODEL);
+    snprintf(path, sizeof path, "models/%s", file);
     if (readable(path)) {
         return path;
     }
@@ -189,15 +189,22 @@ const char *cli_default_model(void) {
                 break;
             }
             *slash = '\0';
-            int w = snprintf(path, sizeof path, "%s/models/%s", exe, RILL_DEFAULT_MODEL);
+            int w = snprintf(path, sizeof path, "%s/models/%s", exe, file);
             if (w > 0 && (size_t)w < sizeof path && readable(path)) {
                 return path;
             }
         }
     }
-    fprintf(stderr,
-            "rill: no --model given and the default model (models/%s) was not found;\n"
-            "      run scripts/setup.sh to fetch it, or set RILL_MODEL\n",
-            RILL_DEFAULT_MODEL);
     return NULL;
+}
+
+const char *cli_default_model(void) {
+    const char *p = cli_find_model(RILL_DEFAULT_MODEL, "RILL_MODEL");
+    if (p == NULL) {
+        fprintf(stderr,
+                "rill: no --model given and the default model (models/%s) was not found;\n"
+                "      run scripts/setup.sh to fetch it, or set RILL_MODEL\n",
+                RILL_DEFAULT_MODEL);
+    }
+    return p;
 }

@@ -55,6 +55,11 @@ void cli_print_help(const cli_opt_t *opts, const char *usage, const char *summar
  * NULL (with a message on stderr saying how to get the model) when it cannot be found. */
 const char *cli_default_model(void);
 
+/* Finds models/<file> as cli_default_model() does ($<env_name> first when env_name is not NULL
+ * and the variable is set). Returns a static buffer (overwritten by the next call), or NULL
+ * without a message when it is not found. */
+const char *cli_find_model(const char *file, const char *env_name);
+
 #define RILL_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 #endif /* RILL_CLI_H */

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "forward_internal.h"
 #include "rill_alloc.h"
 #include "rill_forward.h"
 #include "rill_log.h"
@@ -63,14 +64,6 @@ struct rill_forward {
     /* Host scratch of rill_forward_eval_sequence(), sized at creation. */
     rill_batch_token_t *seq_tok; /* [max_batch] */
     int32_t *seq_rows;           /* [max_batch] */
-};
-
-struct rill_kv_cache {
-    rill_forward_t *fw;
-    rill_kv_layout_t layout;
-    int64_t pool_bytes; /* per layer */
-    void *mem;          /* n_layer pools back to back */
-    void **pools;       /* host: [n_layer] layer pools (backend pointers), for page copies */
 };
 
 struct rill_forward_ids {
@@ -197,6 +190,10 @@ rill_err_t rill_forward_new(rill_model_t *model, rill_backend_t *backend,
                   p.max_batch, p.max_logits, rill_backend_max_batch(backend));
         return RILL_EINVAL;
     }
+    if (hp->arch == RILL_ARCH_WHISPER) {
+        RILL_LOGE("forward: a whisper model runs through rill_whisper_new (rill_whisper.h)");
+        return RILL_EUNSUPPORTED;
+    }
     int64_t widest = hp->n_embd;
     if ((int64_t)hp->n_head * hp->head_dim > widest) {
         widest = (int64_t)hp->n_head * hp->head_dim;
@@ -280,34 +277,44 @@ rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t pag
     if (fw == NULL) {
         return RILL_EINVAL;
     }
-    rill_kv_layout_t layout = { dtype, page_size, fw->hp.n_head_kv, fw->hp.head_dim, n_pages };
+    return rill__kv_cache_new(fw->be, fw, fw->hp.n_layer, fw->hp.n_head_kv, fw->hp.head_dim, dtype,
+                              page_size, n_pages, out);
+}
+
+rill_err_t rill__kv_cache_new(rill_backend_t *be, const void *owner, int32_t n_layer,
+                              int32_t n_kv_heads, int32_t head_dim, rill_dtype_t dtype,
+                              int32_t page_size, int32_t n_pages, rill_kv_cache_t **out) {
+    *out = NULL;
+    rill_kv_layout_t layout = { dtype, page_size, n_kv_heads, head_dim, n_pages };
     int64_t pool = rill_kv_pool_bytes(&layout);
     if (pool <= 0 || (dtype != RILL_DTYPE_F16 && dtype != RILL_DTYPE_F32)) {
         return rill__error(RILL_EINVAL, "invalid KV layout (dtype %s, page %d, pages %d)",
                            rill_dtype_name(dtype), page_size, n_pages);
     }
-    if (pool > INT64_MAX / fw->hp.n_layer) {
+    if (pool > INT64_MAX / n_layer) {
         return RILL_EINVAL;
     }
     rill_kv_cache_t *kv = rill_calloc(RILL_MEM_MODEL, 1, sizeof *kv);
     if (kv == NULL) {
         return RILL_ENOMEM;
     }
-    kv->fw = fw;
+    kv->be = be;
+    kv->owner = owner;
+    kv->n_layer = n_layer;
     kv->layout = layout;
     kv->pool_bytes = pool;
-    kv->pools = rill_calloc(RILL_MEM_MODEL, (size_t)fw->hp.n_layer, sizeof *kv->pools);
+    kv->pools = rill_calloc(RILL_MEM_MODEL, (size_t)n_layer, sizeof *kv->pools);
     if (kv->pools == NULL) {
         rill_free(kv);
         return RILL_ENOMEM;
     }
-    rill_err_t err = rill_backend_alloc(fw->be, (size_t)(pool * fw->hp.n_layer), &kv->mem);
+    rill_err_t err = rill_backend_alloc(be, (size_t)(pool * n_layer), &kv->mem);
     if (err != RILL_OK) {
         rill_free(kv->pools);
         rill_free(kv);
         return err;
     }
-    for (int32_t l = 0; l < fw->hp.n_layer; l++) {
+    for (int32_t l = 0; l < n_layer; l++) {
         kv->pools[l] = (char *)kv->mem + (int64_t)l * pool;
     }
     *out = kv;
@@ -319,7 +326,7 @@ void rill_kv_cache_destroy(rill_kv_cache_t **kvp) {
         return;
     }
     rill_kv_cache_t *kv = *kvp;
-    rill_backend_free(kv->fw->be, kv->mem);
+    rill_backend_free(kv->be, kv->mem);
     rill_free(kv->pools);
     rill_free(kv);
     *kvp = NULL;
@@ -330,14 +337,14 @@ const rill_kv_layout_t *rill_kv_cache_layout(const rill_kv_cache_t *kv) {
 }
 
 void *rill_kv_cache_pool(rill_kv_cache_t *kv, int32_t layer) {
-    if (layer < 0 || layer >= kv->fw->hp.n_layer) {
+    if (layer < 0 || layer >= kv->n_layer) {
         return NULL;
     }
     return (char *)kv->mem + (int64_t)layer * kv->pool_bytes;
 }
 
 int64_t rill_kv_cache_bytes(const rill_kv_cache_t *kv) {
-    return kv->pool_bytes * kv->fw->hp.n_layer;
+    return kv->pool_bytes * kv->n_layer;
 }
 
 rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, const int32_t *dst,
@@ -345,9 +352,8 @@ rill_err_t rill_kv_cache_copy_pages(rill_kv_cache_t *kv, const int32_t *src, con
     if (kv == NULL) {
         return RILL_EINVAL;
     }
-    rill_forward_t *fw = kv->fw;
     rill_err_t err =
-        rill_backend_kv_copy_pages(fw->be, &kv->layout, kv->pools, fw->hp.n_layer, src, dst, n);
+        rill_backend_kv_copy_pages(kv->be, &kv->layout, kv->pools, kv->n_layer, src, dst, n);
     if (err != RILL_OK) {
         rill__error(err, "page copy: %s", rill_last_error(err));
     }
@@ -509,7 +515,7 @@ rill_err_t rill_forward_eval(rill_forward_t *fw, rill_kv_cache_t *kv, const rill
                              const int32_t *tokens, const int32_t *out_rows, int32_t n_out,
                              float *logits_host) {
     if (fw == NULL || kv == NULL || batch == NULL || tokens == NULL || n_out < 0 ||
-        (n_out > 0 && (out_rows == NULL || logits_host == NULL)) || kv->fw != fw) {
+        (n_out > 0 && (out_rows == NULL || logits_host == NULL)) || kv->owner != (const void *)fw) {
         return RILL_EINVAL;
     }
     rill_err_t err = check_batch(fw, batch, out_rows, n_out);
@@ -529,7 +535,7 @@ rill_err_t rill_forward_eval_ids(rill_forward_t *fw, rill_kv_cache_t *kv, const 
                                  const int32_t *tokens_host, const rill_forward_ids_t *tokens,
                                  const int32_t *out_rows, int32_t n_out, rill_forward_ids_t *next) {
     if (fw == NULL || kv == NULL || batch == NULL || next == NULL || out_rows == NULL ||
-        n_out < 1 || kv->fw != fw || next->fw != fw) {
+        n_out < 1 || kv->owner != (const void *)fw || next->fw != fw) {
         return RILL_EINVAL;
     }
     if ((tokens_host == NULL) == (tokens == NULL)) {

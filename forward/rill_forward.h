@@ -53,7 +53,8 @@ rill_forward_params_t rill_forward_default_params(void);
 /* Binds model to backend. Takes a reference to model (released by rill_forward_destroy); the
  * backend is borrowed and must outlive the forward. Errors: RILL_EINVAL (NULL, max_batch < 1 or
  * above the backend's, max_logits < 1, the model is wider than the backend's max_n_in),
- * RILL_EUNSUPPORTED (a model feature the forward pass does not implement, e.g. rope_freqs),
+ * RILL_EUNSUPPORTED (a model feature the forward pass does not implement, e.g. rope_freqs, or a
+ * whisper model, which rill_whisper_new() of rill_whisper.h runs),
  * RILL_ENOMEM. On error nothing is left allocated. Caller owns *out; destroy with
  * rill_forward_destroy(). */
 rill_err_t rill_forward_new(rill_model_t *model, rill_backend_t *backend,

@@ -519,3 +519,60 @@ rill_err_t rill_backend_argmax_resident(rill_backend_t *b, const float *x, int64
     }
     return b->ops->argmax_resident(b, x, n_rows, n_cols, ids);
 }
+
+/* ---- encoder-decoder ops -------------------------------------------------------------------- */
+
+rill_err_t rill_backend_layer_norm(rill_backend_t *b, float *y, const float *x,
+                                   const rill_weight_t *gamma, const rill_weight_t *beta,
+                                   int64_t n_rows, int64_t n, float eps) {
+    if (b == NULL || y == NULL || x == NULL || n_rows < 1 || n < 1 || !(eps >= 0.0f)) {
+        return fail(b, RILL_EINVAL, "layer_norm: bad argument");
+    }
+    if (!f32_vector(b, gamma) || gamma->ne0 != n || !f32_vector(b, beta) || beta->ne0 != n) {
+        return fail(b, RILL_EINVAL, "layer_norm: gamma and beta must be f32 vectors of %lld values",
+                    (long long)n);
+    }
+    return b->ops->layer_norm(b, y, x, gamma->data, beta->data, n_rows, n, eps);
+}
+
+rill_err_t rill_backend_gelu(rill_backend_t *b, float *y, const float *x, int64_t n) {
+    if (b == NULL || y == NULL || x == NULL || n < 1) {
+        return fail(b, RILL_EINVAL, "gelu: bad argument");
+    }
+    return b->ops->gelu(b, y, x, n);
+}
+
+int64_t rill_conv1d_n_out(const rill_conv1d_t *cv) {
+    if (cv == NULL || cv->n_ch < 1 || cv->n_in < 1 || cv->ch_stride < 0 || cv->t_stride < 0 ||
+        cv->kernel < 1 || cv->stride < 1 || cv->pad < 0 || cv->pad >= cv->kernel ||
+        cv->n_ch > INT32_MAX || cv->n_in > INT32_MAX) {
+        return -1;
+    }
+    const int64_t padded = cv->n_in + 2 * (int64_t)cv->pad;
+    return padded < cv->kernel ? -1 : (padded - cv->kernel) / cv->stride + 1;
+}
+
+rill_err_t rill_backend_im2col_1d(rill_backend_t *b, float *y, const float *x,
+                                  const rill_conv1d_t *cv) {
+    if (b == NULL || y == NULL || x == NULL || rill_conv1d_n_out(cv) < 1) {
+        return fail(b, RILL_EINVAL, "im2col_1d: bad argument or geometry");
+    }
+    return b->ops->im2col_1d(b, y, x, cv);
+}
+
+rill_err_t rill_backend_attention_dense(rill_backend_t *b, float *out, const float *q,
+                                        const float *k, const float *v, int64_t n_q, int64_t n_kv,
+                                        int32_t n_head, int32_t head_dim) {
+    if (b == NULL || out == NULL || q == NULL || k == NULL || v == NULL || n_q < 1 || n_kv < 1 ||
+        n_head < 1 || head_dim < 1 || head_dim > RILL_KV_MAX_HEAD_DIM) {
+        return fail(b, RILL_EINVAL, "attention_dense: bad argument");
+    }
+    const size_t row = (size_t)n_head * (size_t)head_dim * sizeof(float);
+    if ((double)(n_q > n_kv ? n_q : n_kv) * (double)row > 0x1p62 ||
+        overlaps(out, (size_t)n_q * row, q, (size_t)n_q * row) ||
+        overlaps(out, (size_t)n_q * row, k, (size_t)n_kv * row) ||
+        overlaps(out, (size_t)n_q * row, v, (size_t)n_kv * row)) {
+        return fail(b, RILL_EINVAL, "attention_dense: out overlaps q, k or v");
+    }
+    return b->ops->attention_dense(b, out, q, k, v, n_q, n_kv, n_head, head_dim);
+}

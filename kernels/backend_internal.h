@@ -14,8 +14,9 @@
  *     ^-- quant_internal.h   GGML block structs               layout headers: no code that
  *     ^-- kv_internal.h      KV page addresses                 computes, nothing of a backend
  *           ^-- ggml_internal.h  llama.cpp's arithmetic, lane by lane (ggml_ref.c): the leaf
- *                 ^-- backend_internal.h  this file: handle, ops table, registry rows
- *                       ^-- cpu_internal.h  the fast CPU backend's kernel tables (+ rill_pool.h)
+ *                 ^-- encdec_internal.h  the encoder-decoder ops' arithmetic (encdec_ref.c)
+ *                       ^-- backend_internal.h  this file: handle, ops table, registry rows
+ *                             ^-- cpu_internal.h  the fast CPU backend's kernel tables (+ rill_pool.h)
  *
  *   .c file         includes                     calls into
  *   ggml_ref.c      ggml_internal.h              quant.c (f16/bf16 conversions, dequantizers)
@@ -24,8 +25,11 @@
  *   backend.c       backend_internal.h           the ops table only (checks, then dispatch)
  *   registry.c      backend_internal.h           the rows' available() / create()
  *   backend_common.c backend_internal.h          quant.c: the common part, host memory hooks
- *   ref_backend.c   backend_internal.h           ggml_ref.c, backend_common.c
- *   cpu_backend.c,  cpu_internal.h               the kernel tables, ggml_ref.c, backend_common.c
+ *   encdec_ref.c    encdec_internal.h            ggml_ref.c (ggml's exp, hsum_a)
+ *   cpu_encdec.c    encdec_internal.h            encdec_ref.c (tails, non-x86 fallback)
+ *   ref_backend.c   backend_internal.h           ggml_ref.c, encdec_ref.c, backend_common.c
+ *   cpu_backend.c,  cpu_internal.h               the kernel tables, ggml_ref.c, backend_common.c,
+ *                                                encdec_ref.c, cpu_encdec.c
  *   cpu_matmul.c
  *   cpu_scalar.c    cpu_internal.h               ggml_ref.c
  *   cpu_avx2.c      cpu_internal.h               ggml_ref.c, cpu_scalar.c (fallback tasks)
@@ -45,6 +49,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "encdec_internal.h"
 #include "ggml_internal.h"
 #include "kv_internal.h"
 #include "rill_backend.h"
@@ -101,6 +106,15 @@ typedef struct rill_backend_ops {
     /* out: backend memory */
     rill_err_t (*argmax_resident)(rill_backend_t *b, const float *x, int64_t n_rows, int64_t n_cols,
                                   int32_t *out);
+    /* encoder-decoder ops (encdec_internal.h states their arithmetic); gamma, beta: f32 host
+     * views of checked vectors of n values; cv: a valid geometry */
+    rill_err_t (*layer_norm)(rill_backend_t *b, float *y, const float *x, const float *gamma,
+                             const float *beta, int64_t n_rows, int64_t n, float eps);
+    rill_err_t (*gelu)(rill_backend_t *b, float *y, const float *x, int64_t n);
+    rill_err_t (*im2col_1d)(rill_backend_t *b, float *y, const float *x, const rill_conv1d_t *cv);
+    rill_err_t (*attention_dense)(rill_backend_t *b, float *out, const float *q, const float *k,
+                                  const float *v, int64_t n_q, int64_t n_kv, int32_t n_head,
+                                  int32_t head_dim);
 } rill_backend_ops_t;
 
 typedef struct rill__backend_entry rill__backend_entry_t;

@@ -329,6 +329,123 @@ static rill_err_t cpu_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *k
     return RILL_OK;
 }
 
+/* ---- encoder-decoder ops: the reference's row functions on the threads, dense attention in
+ * AVX2 where the table is not the scalar one (cpu_encdec.c) ---------------------------------- */
+
+typedef struct ln_job {
+    float *y;
+    const float *x, *g, *beta;
+    int64_t n;
+    float eps;
+} ln_job_t;
+
+static void ln_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    const ln_job_t *j = ctx;
+    (void)thread;
+    for (int64_t r = begin; r < end; r++) {
+        rill__layer_norm_row(j->y + r * j->n, j->x + r * j->n, j->g, j->beta, j->n, j->eps);
+    }
+}
+
+static rill_err_t cpu_layer_norm(rill_backend_t *b, float *y, const float *x, const float *g,
+                                 const float *beta, int64_t n_rows, int64_t n, float eps) {
+    ln_job_t j = { y, x, g, beta, n, eps };
+    rill_pool_for(pool_for_work(b, n_rows * n), n_rows, 0, ln_rows, &j);
+    return RILL_OK;
+}
+
+static void gelu_blocks(void *ctx, int64_t begin, int64_t end, int thread) {
+    const ln_job_t *j = ctx;
+    (void)thread;
+    const int64_t i1 = end * EW_BLOCK < j->n ? end * EW_BLOCK : j->n;
+    for (int64_t i = begin * EW_BLOCK; i < i1; i++) {
+        j->y[i] = rill__gelu(j->x[i]);
+    }
+}
+
+static rill_err_t cpu_gelu(rill_backend_t *b, float *y, const float *x, int64_t n) {
+    ln_job_t j = { .y = y, .x = x, .n = n };
+    /* erff costs some ten times an add: parallel from a tenth of the usual size */
+    rill_pool_for(pool_for_work(b, n * 10), (n + EW_BLOCK - 1) / EW_BLOCK, 0, gelu_blocks, &j);
+    return RILL_OK;
+}
+
+typedef struct im2col_job {
+    float *y;
+    const float *x;
+    const rill_conv1d_t *cv;
+} im2col_job_t;
+
+static void im2col_rows(void *ctx, int64_t begin, int64_t end, int thread) {
+    const im2col_job_t *j = ctx;
+    (void)thread;
+    rill__im2col_1d_rows(j->y, j->x, j->cv, begin, end);
+}
+
+static rill_err_t cpu_im2col_1d(rill_backend_t *b, float *y, const float *x,
+                                const rill_conv1d_t *cv) {
+    im2col_job_t j = { y, x, cv };
+    const int64_t n_out = rill_conv1d_n_out(cv);
+    rill_pool_for(pool_for_work(b, n_out * cv->n_ch * cv->kernel), n_out, 0, im2col_rows, &j);
+    return RILL_OK;
+}
+
+#define DENSE_MAX_Q 16 /* queries of one head per dense-attention task */
+
+typedef struct dense_job {
+    rill_backend_t *b;
+    float *out;
+    const float *q, *k, *v;
+    int64_t n_q, n_kv, qb, n_qblocks;
+    int32_t n_head, d;
+} dense_job_t;
+
+static void dense_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
+    const dense_job_t *j = ctx;
+    float *scores = cpu(j->b)->attn_rows + (size_t)thread * RILL__ATTN_SCRATCH;
+    const int64_t row = (int64_t)j->n_head * j->d;
+    const bool vec = cpu(j->b)->k != rill__cpu_kernels_scalar();
+    for (int64_t task = begin; task < end; task++) {
+        const int32_t h = (int32_t)(task % j->n_head);
+        const int64_t i0 = task / j->n_head * j->qb;
+        const int64_t nq = j->n_q - i0 < j->qb ? j->n_q - i0 : j->qb;
+        const int64_t off = i0 * row + (int64_t)h * j->d;
+        if (vec && j->n_kv * nq <= RILL__ATTN_SCRATCH) {
+            rill__attention_dense_rows_avx2(j->out + off, j->q + off, j->k + (int64_t)h * j->d,
+                                            j->v + (int64_t)h * j->d, row, nq, j->n_kv, j->d,
+                                            scores);
+            continue;
+        }
+        float *sc = j->n_kv <= RILL__ATTN_SCRATCH ? scores : NULL;
+        for (int64_t i = 0; i < nq; i++) {
+            rill__attention_dense_row(j->out + off + i * row, j->q + off + i * row,
+                                      j->k + (int64_t)h * j->d, j->v + (int64_t)h * j->d, row,
+                                      j->n_kv, j->d, sc);
+        }
+    }
+}
+
+static rill_err_t cpu_attention_dense(rill_backend_t *b, float *out, const float *q, const float *k,
+                                      const float *v, int64_t n_q, int64_t n_kv, int32_t n_head,
+                                      int32_t head_dim) {
+    dense_job_t j = { .b = b,
+                      .out = out,
+                      .q = q,
+                      .k = k,
+                      .v = v,
+                      .n_q = n_q,
+                      .n_kv = n_kv,
+                      .n_head = n_head,
+                      .d = head_dim };
+    /* as many queries per task as their scores fit the scratch, up to DENSE_MAX_Q */
+    j.qb = n_kv > RILL__ATTN_SCRATCH ? 1 : RILL__ATTN_SCRATCH / n_kv;
+    j.qb = j.qb < DENSE_MAX_Q ? j.qb : DENSE_MAX_Q;
+    j.qb = j.qb < n_q ? j.qb : n_q;
+    j.n_qblocks = (n_q + j.qb - 1) / j.qb;
+    rill_pool_for(cpu(b)->pool, j.n_qblocks * n_head, 1, dense_tasks, &j);
+    return RILL_OK;
+}
+
 static const rill_backend_ops_t cpu_ops = {
     .destroy = cpu_destroy,
     .alloc = rill__host_alloc,
@@ -353,6 +470,10 @@ static const rill_backend_ops_t cpu_ops = {
     .kv_copy_pages = cpu_kv_copy_pages,
     .argmax = rill__host_argmax,
     .argmax_resident = rill__host_argmax,
+    .layer_norm = cpu_layer_norm,
+    .gelu = cpu_gelu,
+    .im2col_1d = cpu_im2col_1d,
+    .attention_dense = cpu_attention_dense,
 };
 
 /* The SIMD level asked for: simd, or under AUTO the RILL_SIMD override (AUTO when unset). */

@@ -11,7 +11,9 @@
  *     boundary often enough to shift a model's logits by 1e-2 of their scale. The exact formula
  *     in double (rill__dot_ref, vecdot.c) stays as the tests' bound on these f32 sums.
  *   - every other op (RMSNorm, SwiGLU, RoPE, attention) is llama.cpp's own arithmetic, written
- *     out lane by lane in ggml_ref.c (rill__ggml_*, rill__attention_head_ref).
+ *     out lane by lane in ggml_ref.c (rill__ggml_*, rill__attention_head_ref);
+ *   - the encoder-decoder ops (LayerNorm, GELU, im2col, dense attention) are rill's own
+ *     definitions, written out in encdec_ref.c; dense attention recomputes its scores.
  *   So this backend states llama.cpp's numerics in plain loops, and the fast kernels must give
  *   its bits. Attention is llama.cpp's non-flash path (scores, softmax, weighted V), recomputing
  *   scores instead of keeping an n_kv-long buffer, or with params.attn = RILL_ATTN_FLASH the
@@ -188,6 +190,45 @@ static rill_err_t ref_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
     return RILL_OK;
 }
 
+static rill_err_t ref_layer_norm(rill_backend_t *b, float *y, const float *x, const float *g,
+                                 const float *beta, int64_t n_rows, int64_t n, float eps) {
+    (void)b;
+    for (int64_t r = 0; r < n_rows; r++) {
+        rill__layer_norm_row(y + r * n, x + r * n, g, beta, n, eps);
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_gelu(rill_backend_t *b, float *y, const float *x, int64_t n) {
+    (void)b;
+    for (int64_t i = 0; i < n; i++) {
+        y[i] = rill__gelu(x[i]);
+    }
+    return RILL_OK;
+}
+
+static rill_err_t ref_im2col_1d(rill_backend_t *b, float *y, const float *x,
+                                const rill_conv1d_t *cv) {
+    (void)b;
+    rill__im2col_1d_rows(y, x, cv, 0, rill_conv1d_n_out(cv));
+    return RILL_OK;
+}
+
+static rill_err_t ref_attention_dense(rill_backend_t *b, float *out, const float *q, const float *k,
+                                      const float *v, int64_t n_q, int64_t n_kv, int32_t n_head,
+                                      int32_t head_dim) {
+    (void)b;
+    const int64_t row = (int64_t)n_head * head_dim;
+    for (int64_t i = 0; i < n_q; i++) {
+        for (int32_t h = 0; h < n_head; h++) {
+            const int64_t off = (int64_t)h * head_dim;
+            rill__attention_dense_row(out + i * row + off, q + i * row + off, k + off, v + off, row,
+                                      n_kv, head_dim, NULL);
+        }
+    }
+    return RILL_OK;
+}
+
 static const rill_backend_ops_t ref_ops = {
     .destroy = ref_destroy,
     .alloc = rill__host_alloc,
@@ -212,6 +253,10 @@ static const rill_backend_ops_t ref_ops = {
     .kv_copy_pages = rill__host_kv_copy_pages,
     .argmax = rill__host_argmax,
     .argmax_resident = rill__host_argmax,
+    .layer_norm = ref_layer_norm,
+    .gelu = ref_gelu,
+    .im2col_1d = ref_im2col_1d,
+    .attention_dense = ref_attention_dense,
 };
 
 static int32_t ref_available(void) {

@@ -533,6 +533,69 @@ rill_err_t rill_backend_argmax(rill_backend_t *b, const float *x, int64_t n_rows
 rill_err_t rill_backend_argmax_resident(rill_backend_t *b, const float *x, int64_t n_rows,
                                         int64_t n_cols, int32_t *ids);
 
+/* ---- encoder-decoder ops (Whisper) ---------------------------------------------------------
+ *
+ * What an encoder-decoder model (Whisper: conv stem, pre-norm encoder, decoder with
+ * cross-attention) needs beside the ops above. They have no llama.cpp counterpart: their
+ * arithmetic is rill's own, stated lane by lane in kernels/encdec_ref.c (encdec_internal.h) and
+ * summarized with each function. Every backend of the exact class ("ref", "cpu" at every SIMD
+ * level) gives the reference's bits for them, whatever the thread count; relative to an outside
+ * implementation (CTranslate2, the Whisper oracle) they are within tolerances only, stated by
+ * forward/'s tests. Their rows in the backend-ops test (tests/test_kernels.c) hold a
+ * tolerance-class backend to: layer_norm 1e-6 and gelu 2e-6 of the output's magnitude, im2col 0,
+ * attention_dense 2e-6 absolute (V in [-1, 1]). */
+
+/* LayerNorm of n_rows rows of n values: y = (x - mean) / sqrt(var + eps) * gamma + beta, mean
+ * and (biased) variance over the row, summed in double; gamma and beta F32 vectors of n values.
+ * y may equal x. Errors: RILL_EINVAL (NULL, n_rows or n < 1, eps < 0 or NaN, gamma/beta not f32
+ * vectors of n values). */
+rill_err_t rill_backend_layer_norm(rill_backend_t *b, float *y, const float *x,
+                                   const rill_weight_t *gamma, const rill_weight_t *beta,
+                                   int64_t n_rows, int64_t n, float eps);
+
+/* y[i] = gelu(x[i]) for i < n, the erf form 0.5 x (1 + erf(x / sqrt 2)) with libm's erff (the
+ * form CTranslate2 and OpenAI's Whisper use). y may equal x. Errors: RILL_EINVAL. */
+rill_err_t rill_backend_gelu(rill_backend_t *b, float *y, const float *x, int64_t n);
+
+/* A 1-D convolution's input geometry for rill_backend_im2col_1d(): n_ch channels of n_in time
+ * steps; element (c, s) of the input is at x[c * ch_stride + s * t_stride] (a channel-major
+ * (C, T) input has ch_stride = n_in, t_stride = 1; a time-major (T, C) one ch_stride = 1,
+ * t_stride = n_ch); kernel taps, stride, zero padding on both ends. */
+typedef struct rill_conv1d {
+    int64_t n_ch, n_in;
+    int64_t ch_stride, t_stride;
+    int32_t kernel; /* K >= 1 */
+    int32_t stride; /* >= 1 */
+    int32_t pad;    /* >= 0, < K */
+} rill_conv1d_t;
+
+/* Output steps of the convolution: (n_in + 2 pad - kernel) / stride + 1, or -1 for an invalid
+ * geometry (a field out of range, fewer padded steps than taps). */
+int64_t rill_conv1d_n_out(const rill_conv1d_t *cv);
+
+/* The im2col matrix of a 1-D convolution: y (n_out, n_ch * kernel), row t = for each channel c
+ * its kernel taps j at input step t * stride + j - pad (0 outside the input), c major. A
+ * convolution weight stored (out, in, k) row-major, as CTranslate2 and PyTorch store it, is then
+ * a matrix of out rows of n_ch * kernel values, and rill_backend_matmul(y', im2col, w, n_out)
+ * is the convolution (T, out), time-major. No rounding. y must not overlap x.
+ * Errors: RILL_EINVAL (NULL, invalid geometry). */
+rill_err_t rill_backend_im2col_1d(rill_backend_t *b, float *y, const float *x,
+                                  const rill_conv1d_t *cv);
+
+/* Dense (non-paged, non-causal) multi-head attention of n_q queries over n_kv keys:
+ *   out[i, h, :] = sum_j softmax_j(q[i,h,:] . k[j,h,:] / sqrt(D)) v[j,h,:]
+ * q (n_q, H, D), k and v (n_kv, H, D), out (n_q, H * D), all contiguous. Every query sees every
+ * key (Whisper's encoder self-attention and the decoder's cross-attention over an encoded
+ * window). Arithmetic (encdec_internal.h): dot products in 8 FMA lanes reduced as hsum_a, times
+ * the f32 scale 1 / sqrtf(D); softmax with ggml's exp of s - max and an f32 sum in key order;
+ * V weighted by FMAs in key order, then times 1 / sum. Scratch: the CPU backend keeps a query's
+ * scores in its attention scratch (n_kv <= 65536; longer rows recompute them, same bits), the
+ * reference recomputes them. out must not overlap q, k or v. Errors: RILL_EINVAL (NULL,
+ * n_q/n_kv/n_head < 1, head_dim outside 1..RILL_KV_MAX_HEAD_DIM). */
+rill_err_t rill_backend_attention_dense(rill_backend_t *b, float *out, const float *q,
+                                        const float *k, const float *v, int64_t n_q, int64_t n_kv,
+                                        int32_t n_head, int32_t head_dim);
+
 #ifdef __cplusplus
 }
 #endif

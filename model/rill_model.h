@@ -26,6 +26,19 @@
  * BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K; norms, biases and rope_freqs must be
  * F32.
  *
+ * Architecture "whisper" (OpenAI's Whisper as CTranslate2 stores it, converted to GGUF by
+ * tools/whisper_to_gguf.py; layout: docs/whisper_gguf.md) loads through the same functions but is a
+ * different shape of model: its hyper-parameters, special tokens and weights are in
+ * rill_whisper_hparams_t / rill_whisper_weights_t (rill_model_whisper_hparams(),
+ * rill_model_whisper_weights()). For it rill_hparams_t describes the text decoder only (n_vocab,
+ * n_ctx_train = n_text_ctx, n_embd, n_layer, n_head = n_head_kv, head_dim, n_ff of the decoder;
+ * rms_eps = the LayerNorm epsilon; no RoPE: n_rot 0, rope_base 0; tied_output true), which is
+ * what a KV cache of its decoder needs, and rill_model_weights_t is empty (n_layer 0, no
+ * tensors): the llama forward pass refuses the model (rill_forward_new: RILL_EUNSUPPORTED);
+ * forward/rill_whisper.h runs it. Whisper tensors may be F32, F16 or BF16 matrices (the
+ * convolution weights included); biases, LayerNorm gamma/beta, position tables and the mel
+ * filterbank must be F32.
+ *
  * Thread safety: a rill_model_t is immutable after load and may be shared by any number of
  * threads. It is reference-counted (STYLE.md rule 9): rill_model_retain() adds a reference,
  * rill_model_destroy() drops one, and the last one frees the model and unmaps the file.
@@ -48,8 +61,9 @@ extern "C" {
 typedef struct rill_model rill_model_t;
 
 typedef enum rill_arch {
-    RILL_ARCH_LLAMA = 0, /* "llama" */
-    RILL_ARCH_QWEN2 = 1  /* "qwen2" */
+    RILL_ARCH_LLAMA = 0,  /* "llama" */
+    RILL_ARCH_QWEN2 = 1,  /* "qwen2" */
+    RILL_ARCH_WHISPER = 2 /* "whisper": encoder-decoder speech recognizer (rill_model_whisper) */
 } rill_arch_t;
 
 /* How the architecture applies RoPE; the values are ggml's rope types, which the backend's
@@ -120,6 +134,90 @@ typedef struct rill_model_weights {
     const rill_layer_weights_t *layers; /* n_layer entries, owned by the model */
 } rill_model_weights_t;
 
+/* ---- whisper ---------------------------------------------------------------------------------
+ * Letters: d_a = n_audio_state, d_t = n_text_state, F_a / F_t the encoder's / decoder's FFN
+ * width (rows of ffn/linear_0), M = n_mels, V = n_vocab. Every tensor is a rill_model_tensor_t
+ * view into the mapping; the fused projections of the file (self_attention/linear_0 = Q|K|V,
+ * the cross attention's linear_1 = K|V) are bound as separate views of their row ranges, so the
+ * forward pass multiplies by each alone with no copy. */
+
+typedef struct rill_whisper_hparams {
+    int32_t n_mels;        /* M: whisper.n_mels (80) */
+    int32_t n_audio_ctx;   /* encoder positions (1500 = 3000 mel frames after the stride-2 conv) */
+    int32_t n_audio_state; /* d_a */
+    int32_t n_audio_head;
+    int32_t n_audio_layer;
+    int32_t n_audio_ff;   /* F_a */
+    int32_t n_text_ctx;   /* decoder positions (448) */
+    int32_t n_text_state; /* d_t */
+    int32_t n_text_head;
+    int32_t n_text_layer;
+    int32_t n_text_ff; /* F_t */
+    int32_t n_vocab;   /* V: whisper.n_vocab, equal to the tokenizer's and the embedding's rows */
+    bool multilingual; /* whisper.multilingual: the prompt carries a language token */
+    float eps;         /* whisper.layer_norm_epsilon (every LayerNorm) */
+    /* special token ids, each in [0, V) */
+    int32_t tok_sot, tok_eot, tok_transcribe, tok_translate, tok_no_timestamps, tok_no_speech,
+        tok_prev, tok_timestamp_begin;
+    /* languages: n_langs ids (whisper.lang_ids, each in [0, V)) and their codes
+     * (whisper.lang_codes, same order, e.g. "en"; strings borrowed from the mapping, not
+     * NUL-terminated); 0 for an English-only model, >= 1 for a multilingual one */
+    int32_t n_langs;
+    const int32_t *lang_ids;
+    const rill_gguf_str_t *lang_codes;
+    /* whisper.suppress_tokens (never generated) and whisper.begin_suppress_tokens (not as the
+     * first generated token); ids in [0, V); arrays owned by the model */
+    int32_t n_suppress;
+    const int32_t *suppress;
+    int32_t n_begin_suppress;
+    const int32_t *begin_suppress;
+} rill_whisper_hparams_t;
+
+/* One pre-norm attention block: LayerNorm (gamma, beta: (d) f32), projections wq/wk/wv
+ * (ne0 = input width, ne1 = d) with biases bq/bk/bv ((d) f32), output wo (ne0 = d, ne1 = d),
+ * bo. Self-attention: q, k, v from the block's input (linear_0's three row ranges), wo =
+ * linear_1. Cross-attention: wq = linear_0 on the decoder's stream, wk/wv = linear_1's two row
+ * ranges on the encoder output (ne0 = d_a), wo = linear_2. */
+typedef struct rill_whisper_attn_weights {
+    rill_model_tensor_t ln_gamma, ln_beta;
+    rill_model_tensor_t wq, bq, wk, bk, wv, bv, wo, bo;
+} rill_whisper_attn_weights_t;
+
+/* Pre-norm FFN block: LayerNorm, then w2(gelu(w1 n + b1)) + b2; w1: ne0 = d, ne1 = F;
+ * w2: ne0 = F, ne1 = d. */
+typedef struct rill_whisper_ffn_weights {
+    rill_model_tensor_t ln_gamma, ln_beta;
+    rill_model_tensor_t w1, b1, w2, b2;
+} rill_whisper_ffn_weights_t;
+
+typedef struct rill_whisper_encoder_layer {
+    rill_whisper_attn_weights_t attn;
+    rill_whisper_ffn_weights_t ffn;
+} rill_whisper_encoder_layer_t;
+
+typedef struct rill_whisper_decoder_layer {
+    rill_whisper_attn_weights_t self_attn;
+    rill_whisper_attn_weights_t cross_attn;
+    rill_whisper_ffn_weights_t ffn;
+} rill_whisper_decoder_layer_t;
+
+typedef struct rill_whisper_weights {
+    /* conv stem: weights stored (out, in, k) row-major, bound as matrices of out rows of
+     * in * 3 values (the im2col layout of rill_backend_im2col_1d) */
+    rill_model_tensor_t conv1_w; /* ne0 = 3 M, ne1 = d_a */
+    rill_model_tensor_t conv1_b; /* (d_a) f32 */
+    rill_model_tensor_t conv2_w; /* ne0 = 3 d_a, ne1 = d_a */
+    rill_model_tensor_t conv2_b;
+    rill_model_tensor_t enc_pos; /* ne0 = d_a, ne1 = n_audio_ctx, f32 (sinusoids) */
+    const rill_whisper_encoder_layer_t *enc_layers; /* n_audio_layer entries */
+    rill_model_tensor_t enc_ln_gamma, enc_ln_beta;  /* final encoder LayerNorm */
+    rill_model_tensor_t dec_embd; /* ne0 = d_t, ne1 = V; also the tied output projection */
+    rill_model_tensor_t dec_pos;  /* ne0 = d_t, ne1 = n_text_ctx, f32 (learned) */
+    const rill_whisper_decoder_layer_t *dec_layers; /* n_text_layer entries */
+    rill_model_tensor_t dec_ln_gamma, dec_ln_beta;  /* final decoder LayerNorm */
+    rill_model_tensor_t mel_filters;                /* ne0 = 201 (n_fft / 2 + 1), ne1 = M, f32 */
+} rill_whisper_weights_t;
+
 typedef struct rill_model_params {
     /* false (default): a tensor the architecture does not use fails the load with
      * RILL_EUNSUPPORTED. true: it is logged as a warning and ignored. */
@@ -134,9 +232,10 @@ rill_model_params_t rill_model_default_params(void);
  * rill_model_destroy(). On failure *out is NULL, nothing is leaked, and rill_last_error(err)
  * says what is wrong (also logged at ERROR).
  * Errors: those of rill_gguf_open(); RILL_EFORMAT (a required key or tensor is missing, a value
- * is out of range, a tensor has the wrong shape, inconsistent hparams); RILL_EUNSUPPORTED (an
- * architecture other than llama/qwen2, a weight type rill cannot compute with, an unused tensor,
- * per-layer hparams arrays, RoPE scaling, n_rot != head_dim); RILL_EINVAL; RILL_ENOMEM. */
+ * is out of range, a tensor has the wrong shape, inconsistent hparams, a special token outside
+ * the vocabulary); RILL_EUNSUPPORTED (an architecture other than llama/qwen2/whisper, a weight type
+ * rill cannot compute with, an unused tensor, per-layer hparams arrays, RoPE scaling, n_rot !=
+ * head_dim); RILL_EINVAL; RILL_ENOMEM. */
 rill_err_t rill_model_load(const char *path, rill_model_params_t params, rill_model_t **out);
 
 /* Same from an already opened GGUF (tests, fuzzing, in-memory files). On success the model takes
@@ -159,7 +258,12 @@ const rill_model_weights_t *rill_model_weights(const rill_model_t *m);
  * caller holds a reference to the model. */
 const rill_gguf_t *rill_model_gguf(const rill_model_t *m);
 
-/* "llama" or "qwen2" (static strings); "?" for other values. */
+/* The whisper part of a model of architecture RILL_ARCH_WHISPER; NULL for any other model (and
+ * for NULL). Borrowed; valid while the caller holds a reference. */
+const rill_whisper_hparams_t *rill_model_whisper_hparams(const rill_model_t *m);
+const rill_whisper_weights_t *rill_model_whisper_weights(const rill_model_t *m);
+
+/* "llama", "qwen2" or "whisper" (static strings); "?" for other values. */
 const char *rill_arch_name(rill_arch_t arch);
 
 /* True when type t can be used for 2-D weight matrices (the list in the file comment). */

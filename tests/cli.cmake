@@ -3,3 +3,12 @@ find_package(Python3 COMPONENTS Interpreter REQUIRED)
 add_test(NAME test_cli COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_cli.py
          $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/../shared)
 set_tests_properties(test_cli PROPERTIES TIMEOUT 600 LABELS "integration" SKIP_RETURN_CODE 77)
+# `rill transcribe` (tests/test_transcribe_cli.py): its --json lines, the transcript against
+# faster-whisper's, --pace, errors. Exits 77 without models/whisper-tiny.en.gguf.
+if(TARGET rill_scheduler AND TARGET rill_ingest)
+    add_test(NAME test_transcribe_cli
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_transcribe_cli.py
+             $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
+    set_tests_properties(test_transcribe_cli PROPERTIES TIMEOUT 600 LABELS "integration"
+                         SKIP_RETURN_CODE 77)
+endif()

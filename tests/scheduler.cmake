@@ -7,3 +7,7 @@ set_tests_properties(test_scheduler_stress PROPERTIES TIMEOUT 900 LABELS "unit;c
                      ENVIRONMENT "CK_FORK=no" SKIP_RETURN_CODE 77)
 # The streaming transcript (scheduler/rill_transcript.h): pure logic, no model.
 rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS unit TIMEOUT 60)
+# The streaming recognizer (scheduler/rill_asr.h) with whisper-tiny.en on the espeak clip and a
+# LibriVox clip (against faster-whisper's transcripts), a 10-minute stream's memory, forced
+# trims, bad input, failed allocations. Exits 77 without models/whisper-tiny.en.gguf.
+rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIMEOUT 900)

@@ -2020,6 +2020,11 @@ END_TEST
  *   kv_copy_pages        pools, copies, pattern (0 scattered, 1 one source to many)
  *   argmax[_resident]    n_rows, n_cols, pattern (0 random, 1 ties, 2 NaN and -inf, 3 none
  *                        finite)
+ *   layer_norm           n_rows, n, in place (0/1), input offset (0, or 1000: a row far from
+ *                        zero, where the mean's rounding shows)
+ *   gelu                 n, in place (0/1), input range
+ *   im2col_1d            shape (conv_shapes[]): channel- and time-major inputs, stride 1 and 2
+ *   attention_dense      shape (dense_shapes[]): queries, keys, heads, head dims (with a tail)
  *
  * The TOLERANCE column states what a device backend will be held to (no such row exists yet;
  * the comparison itself is checked below on a planted difference): relative to the output's
@@ -2042,6 +2047,10 @@ typedef enum op_kind {
     OP_KV_COPY_PAGES,
     OP_ARGMAX,
     OP_ARGMAX_RESIDENT,
+    OP_LAYER_NORM,
+    OP_GELU,
+    OP_IM2COL_1D,
+    OP_ATTENTION_DENSE,
     OP_KINDS
 } op_kind_t;
 
@@ -2140,7 +2149,33 @@ static const attn_shape_t attn_shapes[] = {
     { { 0, 16, 16, 1, 2, { 69999 }, "0", 2.0f }, -1 },
 };
 
-enum { N_ROPE = 5, N_STORE = 4, N_SHIFT = 3, N_ATTN = 21 };
+/* 1-D convolutions: channels, input steps, channel-major (1) or time-major (0), kernel, stride,
+ * pad (Whisper's stem: 80 mel channels, kernel 3, stride 1 then 2, pad 1). */
+typedef struct conv_shape {
+    int64_t C, T;
+    int ch_major;
+    int32_t K, stride, pad;
+} conv_shape_t;
+
+static const conv_shape_t conv_shapes[] = {
+    { 80, 300, 1, 3, 1, 1 }, { 64, 300, 0, 3, 2, 1 }, { 5, 7, 0, 3, 2, 1 },
+    { 3, 4, 1, 4, 3, 2 },    { 1, 1, 0, 1, 1, 0 },
+};
+
+/* Dense attention: queries, keys, heads, head dim. */
+typedef struct dense_shape {
+    int64_t n_q, n_kv;
+    int32_t H, D;
+} dense_shape_t;
+
+static const dense_shape_t dense_shapes[] = {
+    { 1, 1, 1, 8 },  { 1, 1500, 6, 64 }, { 37, 150, 6, 64 }, { 5, 33, 2, 12 },
+    { 20, 9, 3, 3 }, { 3, 70, 1, 256 },  { 2, 70000, 1, 4 },
+};
+
+enum { N_ROPE = 5, N_STORE = 4, N_SHIFT = 3, N_ATTN = 21, N_CONV = 5, N_DENSE = 7 };
+_Static_assert(sizeof conv_shapes / sizeof conv_shapes[0] == N_CONV, "conv shapes");
+_Static_assert(sizeof dense_shapes / sizeof dense_shapes[0] == N_DENSE, "dense shapes");
 _Static_assert(sizeof rope_shapes / sizeof rope_shapes[0] == N_ROPE, "rope shapes");
 _Static_assert(sizeof store_shapes / sizeof store_shapes[0] == N_STORE, "store shapes");
 _Static_assert(sizeof shift_shapes / sizeof shift_shapes[0] == N_SHIFT, "shift shapes");
@@ -2217,6 +2252,11 @@ static const op_row_t op_rows[] = {
     ROW("argmax", OP_ARGMAX, F32, 0, 0, AX(1, 5), AX(1, 9, 49152), AX(0, 1, 2, 3), NO_AX),
     ROW("argmax_resident", OP_ARGMAX_RESIDENT, F32, 0, 0,
         AX(1, 5), AX(1, 9, 49152), AX(0, 1, 2, 3), NO_AX),
+    ROW("layer_norm", OP_LAYER_NORM, F32, 0, 1e-6f, AX(1, 5, 200), AX(7, 384, 1000), AX(0, 1),
+        AX(0, 1000)),
+    ROW("gelu", OP_GELU, F32, 0, 2e-6f, AX(1, 131, 40000), AX(0, 1), AX(3, 20), NO_AX),
+    SHAPES_ROW("im2col_1d", OP_IM2COL_1D, F32, 0, 0, 0, 1, 2, 3, 4),
+    SHAPES_ROW("attention_dense", OP_ATTENTION_DENSE, F32, 0, 2e-6f, 0, 1, 2, 3, 4, 5, 6),
 };
 /* clang-format on */
 #undef F16
@@ -2517,9 +2557,46 @@ static void op_prepare(op_input_t *in, const op_row_t *row, const int64_t *a, in
         }
         break;
     }
+    case OP_LAYER_NORM:
+        in->t = a[0], in->e = a[1];
+        in->x = xmalloc((size_t)(in->t * in->e) * 4);
+        in->w = xmalloc((size_t)in->e * 2 * 4);
+        fill(in->x, in->t * in->e, 3.0f);
+        for (int64_t i = 0; i < in->t * in->e; i++) {
+            in->x[i] += (float)a[3];
+        }
+        fill(in->w, in->e * 2, 1.5f);
+        break;
+    case OP_GELU:
+        in->e = a[0];
+        in->x = xmalloc((size_t)in->e * 4);
+        fill(in->x, in->e, (float)a[2]);
+        break;
+    case OP_IM2COL_1D: {
+        const conv_shape_t *c = &conv_shapes[a[0]];
+        in->x = xmalloc((size_t)(c->C * c->T) * 4);
+        fill(in->x, c->C * c->T, 2.0f);
+        break;
+    }
+    case OP_ATTENTION_DENSE: {
+        const dense_shape_t *d = &dense_shapes[a[0]];
+        const int64_t rw = (int64_t)d->H * d->D;
+        in->x = xmalloc((size_t)(d->n_q * rw) * 4);
+        in->x2 = xmalloc((size_t)(d->n_kv * rw) * 4);
+        in->w = xmalloc((size_t)(d->n_kv * rw) * 4);
+        fill(in->x, d->n_q * rw, 1.0f);
+        fill(in->x2, d->n_kv * rw, 2.0f);
+        fill(in->w, d->n_kv * rw, 1.0f); /* V in [-1, 1]: the tolerance is absolute */
+        break;
+    }
     case OP_KINDS:
         break;
     }
+}
+
+static rill_conv1d_t conv_geometry(const conv_shape_t *c) {
+    return (rill_conv1d_t){ c->C,      c->T,  c->ch_major ? c->T : 1, c->ch_major ? 1 : c->C, c->K,
+                            c->stride, c->pad };
 }
 
 /* Copies host bytes into a fresh backend allocation. */
@@ -2688,6 +2765,61 @@ static op_out_t op_run(const op_input_t *in, rill_backend_t *b) {
         rill_backend_free(b, dx);
         return o;
     }
+    case OP_LAYER_NORM: {
+        rill_weight_t *g = NULL, *bt = NULL;
+        ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, in->w, in->e, 1, &g), RILL_OK);
+        ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, in->w + in->e, in->e, 1, &bt), RILL_OK);
+        const size_t bytes = (size_t)(in->t * in->e) * 4;
+        float *dx = upload(b, in->x, bytes), *dy = dx;
+        if (!a[2]) {
+            ck_assert_int_eq(rill_backend_alloc(b, bytes, (void **)&dy), RILL_OK);
+        }
+        ck_assert_int_eq(rill_backend_layer_norm(b, dy, dx, g, bt, in->t, in->e, 1e-5f), RILL_OK);
+        if (dy != dx) {
+            rill_backend_free(b, dx);
+        }
+        rill_weight_destroy(&g);
+        rill_weight_destroy(&bt);
+        return download(b, dy, OUT_F32, (size_t)(in->t * in->e));
+    }
+    case OP_GELU: {
+        const size_t bytes = (size_t)in->e * 4;
+        float *dx = upload(b, in->x, bytes), *dy = dx;
+        if (!a[1]) {
+            ck_assert_int_eq(rill_backend_alloc(b, bytes, (void **)&dy), RILL_OK);
+        }
+        ck_assert_int_eq(rill_backend_gelu(b, dy, dx, in->e), RILL_OK);
+        if (dy != dx) {
+            rill_backend_free(b, dx);
+        }
+        return download(b, dy, OUT_F32, (size_t)in->e);
+    }
+    case OP_IM2COL_1D: {
+        const conv_shape_t *c = &conv_shapes[a[0]];
+        const rill_conv1d_t cv = conv_geometry(c);
+        const int64_t n_out = rill_conv1d_n_out(&cv);
+        ck_assert_int_ge(n_out, 1);
+        float *dx = upload(b, in->x, (size_t)(c->C * c->T) * 4), *dy = NULL;
+        const size_t n = (size_t)(n_out * c->C * c->K);
+        ck_assert_int_eq(rill_backend_alloc(b, n * 4, (void **)&dy), RILL_OK);
+        ck_assert_int_eq(rill_backend_im2col_1d(b, dy, dx, &cv), RILL_OK);
+        rill_backend_free(b, dx);
+        return download(b, dy, OUT_F32, n);
+    }
+    case OP_ATTENTION_DENSE: {
+        const dense_shape_t *d = &dense_shapes[a[0]];
+        const size_t rw = (size_t)d->H * (size_t)d->D;
+        float *dq = upload(b, in->x, (size_t)d->n_q * rw * 4);
+        float *dk = upload(b, in->x2, (size_t)d->n_kv * rw * 4);
+        float *dv = upload(b, in->w, (size_t)d->n_kv * rw * 4), *dy = NULL;
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)d->n_q * rw * 4, (void **)&dy), RILL_OK);
+        ck_assert_int_eq(
+            rill_backend_attention_dense(b, dy, dq, dk, dv, d->n_q, d->n_kv, d->H, d->D), RILL_OK);
+        rill_backend_free(b, dq);
+        rill_backend_free(b, dk);
+        rill_backend_free(b, dv);
+        return download(b, dy, OUT_F32, (size_t)d->n_q * rw);
+    }
     case OP_KINDS:
         break;
     }
@@ -2834,6 +2966,8 @@ static const char *op_kind_name(op_kind_t op) {
         "kv_store",      "attention",
         "kv_rope_shift", "kv_copy_pages",
         "argmax",        "argmax_resident",
+        "layer_norm",    "gelu",
+        "im2col_1d",     "attention_dense",
     };
     return names[op];
 }
@@ -2878,7 +3012,9 @@ START_TEST(test_backend_ops) {
             op_prepare(&in, row, a, index);
             op_out_t want = op_run(&in, f.oracle[attn]);
             const float scale =
-                row->op == OP_MATMUL || row->op == OP_ATTENTION ? in.scale : out_max_abs(&want);
+                row->op == OP_MATMUL || row->op == OP_ATTENTION || row->op == OP_ATTENTION_DENSE
+                    ? in.scale
+                    : out_max_abs(&want);
             for (int i = 0; i < f.n; i++) {
                 const fleet_member_t *m = &f.m[attn][i];
                 op_out_t got = op_run(&in, m->b);
@@ -2911,6 +3047,163 @@ START_TEST(test_backend_ops) {
            "attention kernels\n",
            n_rows, (long long)cases, (long long)runs, f.n);
     fleet_close(&f);
+}
+END_TEST
+
+/* ---- encoder-decoder ops against their formulas in double ---------------------------------
+ *
+ * The backend-ops test holds every backend to the reference's bits; this holds the reference to
+ * the mathematics, on the shapes Whisper uses: LayerNorm and GELU within a few f32 roundings,
+ * im2col followed by a matmul equal to a direct convolution with a weight stored (out, in, k),
+ * and dense attention within 1e-6 of a double-precision softmax (V in [-1, 1]). */
+START_TEST(test_encdec_ops_truth) {
+    rill_backend_t *b = make_backend(RILL_BACKEND_REF, RILL_SIMD_AUTO, 1);
+    /* LayerNorm, rows with an offset (the mean matters) */
+    enum { LR = 3, LN = 384 };
+    float *x = xmalloc(LR * LN * 4), *y = xmalloc(LR * LN * 4), gb[2 * LN];
+    fill(x, LR * LN, 2.0f);
+    for (int i = 0; i < LR * LN; i++) {
+        x[i] += 50.0f * (float)(i / LN);
+    }
+    fill(gb, 2 * LN, 1.5f);
+    rill_weight_t *g = NULL, *bt = NULL;
+    ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, gb, LN, 1, &g), RILL_OK);
+    ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, gb + LN, LN, 1, &bt), RILL_OK);
+    ck_assert_int_eq(rill_backend_layer_norm(b, y, x, g, bt, LR, LN, 1e-5f), RILL_OK);
+    for (int r = 0; r < LR; r++) {
+        double mean = 0, var = 0;
+        for (int i = 0; i < LN; i++) {
+            mean += x[r * LN + i];
+        }
+        mean /= LN;
+        for (int i = 0; i < LN; i++) {
+            var += (x[r * LN + i] - mean) * (x[r * LN + i] - mean);
+        }
+        var /= LN;
+        for (int i = 0; i < LN; i++) {
+            const double want = (x[r * LN + i] - mean) / sqrt(var + 1e-5) * gb[i] + gb[LN + i];
+            ck_assert_msg(fabs(y[r * LN + i] - want) <= 2e-6 * (fabs(want) + 1.5),
+                          "layer_norm row %d col %d: %g vs %g", r, i, (double)y[r * LN + i], want);
+        }
+    }
+    /* GELU over [-10, 10], including the tails where erf saturates */
+    for (int i = 0; i < LR * LN; i++) {
+        x[i] = -10.0f + 20.0f * (float)i / (LR * LN - 1);
+    }
+    ck_assert_int_eq(rill_backend_gelu(b, y, x, LR * LN), RILL_OK);
+    for (int i = 0; i < LR * LN; i++) {
+        const double want = 0.5 * x[i] * (1.0 + erf(x[i] / sqrt(2.0)));
+        ck_assert_msg(fabs(y[i] - want) <= 4e-7 * fabs(x[i]) + 1e-7, "gelu(%g) = %g, want %g",
+                      (double)x[i], (double)y[i], want);
+    }
+    ck_assert_float_eq(y[0], -0.0f);           /* gelu(-10) underflows to (minus) zero */
+    ck_assert_float_eq(y[LR * LN - 1], 10.0f); /* gelu(10) = 10 in f32 */
+    rill_weight_destroy(&g);
+    rill_weight_destroy(&bt);
+    free(x);
+    free(y);
+
+    /* convolution: im2col of a channel-major input, then a matmul with weight (O, C, K) */
+    for (int st = 1; st <= 2; st++) {
+        enum { C = 5, T = 11, O = 4, K = 3 };
+        float in[C * T], w[O * C * K];
+        fill(in, C * T, 1.0f);
+        fill(w, O * C * K, 1.0f);
+        const rill_conv1d_t cv = { C, T, T, 1, K, st, 1 };
+        const int64_t n_out = rill_conv1d_n_out(&cv);
+        ck_assert_int_eq(n_out, st == 1 ? 11 : 6);
+        float col[11 * C * K], out[11 * O];
+        rill_weight_t *wt = NULL;
+        ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, w, C * K, O, &wt), RILL_OK);
+        ck_assert_int_eq(rill_backend_im2col_1d(b, col, in, &cv), RILL_OK);
+        ck_assert_int_eq(rill_backend_matmul(b, out, col, wt, n_out), RILL_OK);
+        for (int64_t t = 0; t < n_out; t++) {
+            for (int o = 0; o < O; o++) {
+                double want = 0;
+                for (int c = 0; c < C; c++) {
+                    for (int j = 0; j < K; j++) {
+                        const int64_t s = t * st + j - 1;
+                        want +=
+                            s >= 0 && s < T ? (double)w[(o * C + c) * K + j] * in[c * T + s] : 0.0;
+                    }
+                }
+                ck_assert_msg(fabs(out[t * O + o] - want) <= 1e-5, "conv stride %d t %lld o %d", st,
+                              (long long)t, o);
+            }
+        }
+        rill_weight_destroy(&wt);
+    }
+
+    /* dense attention against a double softmax */
+    {
+        enum { NQ = 7, NK = 300, H = 3, D = 64 };
+        const int row = H * D;
+        float *q = xmalloc(NQ * row * 4), *k = xmalloc(NK * row * 4), *v = xmalloc(NK * row * 4);
+        float *o = xmalloc(NQ * row * 4);
+        fill(q, NQ * row, 1.0f);
+        fill(k, NK * row, 2.0f);
+        fill(v, NK * row, 1.0f);
+        ck_assert_int_eq(rill_backend_attention_dense(b, o, q, k, v, NQ, NK, H, D), RILL_OK);
+        double sc[NK];
+        for (int i = 0; i < NQ; i++) {
+            for (int h = 0; h < H; h++) {
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < NK; j++) {
+                    double s = 0;
+                    for (int d = 0; d < D; d++) {
+                        s += (double)q[i * row + h * D + d] * k[j * row + h * D + d];
+                    }
+                    sc[j] = s / sqrt((double)D);
+                    m = sc[j] > m ? sc[j] : m;
+                }
+                for (int j = 0; j < NK; j++) {
+                    sc[j] = exp(sc[j] - m);
+                    sum += sc[j];
+                }
+                for (int d = 0; d < D; d++) {
+                    double want = 0;
+                    for (int j = 0; j < NK; j++) {
+                        want += sc[j] / sum * v[j * row + h * D + d];
+                    }
+                    ck_assert_msg(fabs(o[i * row + h * D + d] - want) <= 1e-6,
+                                  "dense attention q %d h %d d %d: %g vs %g", i, h, d,
+                                  (double)o[i * row + h * D + d], want);
+                }
+            }
+        }
+        /* bad arguments change nothing */
+        memset(o, 0x7f, 4 * row);
+        ck_assert_int_eq(rill_backend_attention_dense(b, o, q, k, v, 0, NK, H, D), RILL_EINVAL);
+        ck_assert_int_eq(rill_backend_attention_dense(b, o, q, k, v, 1, NK, H, 0), RILL_EINVAL);
+        ck_assert_int_eq(rill_backend_attention_dense(b, o, q, k, v, 1, NK, H, 257), RILL_EINVAL);
+        ck_assert_int_eq(rill_backend_attention_dense(b, q, q, k, v, 1, NK, H, D), RILL_EINVAL);
+        ck_assert_int_eq(rill_backend_attention_dense(b, o, NULL, k, v, 1, NK, H, D), RILL_EINVAL);
+        ck_assert_uint_eq(((uint32_t *)o)[0], 0x7f7f7f7fu);
+        free(q);
+        free(k);
+        free(v);
+        free(o);
+    }
+    /* bad geometry and weights */
+    float buf[64] = { 0 };
+    const rill_conv1d_t bad[] = {
+        { 0, 4, 4, 1, 3, 1, 1 }, { 2, 4, 4, 1, 3, 0, 1 },  { 2, 4, 4, 1, 3, 1, 3 },
+        { 2, 1, 1, 1, 5, 1, 1 }, { 2, 4, -1, 1, 3, 1, 1 },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(rill_conv1d_n_out(&bad[i]), -1);
+        ck_assert_int_eq(rill_backend_im2col_1d(b, buf, buf + 32, &bad[i]), RILL_EINVAL);
+    }
+    ck_assert_int_eq(rill_conv1d_n_out(NULL), -1);
+    rill_weight_t *g8 = NULL;
+    ck_assert_int_eq(rill_weight_new(b, RILL_DTYPE_F32, buf, 8, 1, &g8), RILL_OK);
+    ck_assert_int_eq(rill_backend_layer_norm(b, buf, buf, g8, g8, 1, 16, 1e-5f), RILL_EINVAL);
+    ck_assert_int_eq(rill_backend_layer_norm(b, buf, buf, g8, NULL, 1, 8, 1e-5f), RILL_EINVAL);
+    ck_assert_int_eq(rill_backend_layer_norm(b, buf, buf, g8, g8, 1, 8, NAN), RILL_EINVAL);
+    ck_assert_int_eq(rill_backend_gelu(b, buf, NULL, 8), RILL_EINVAL);
+    ck_assert_int_eq(rill_backend_gelu(b, buf, buf, 0), RILL_EINVAL);
+    rill_weight_destroy(&g8);
+    rill_backend_destroy(&b);
 }
 END_TEST
 
@@ -3456,6 +3749,7 @@ static Suite *kernels_suite(void) {
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_ggml_math_matches_llama_cpp);
     tcase_add_test(tc, test_q5_matches_llama_cpp);
+    tcase_add_test(tc, test_encdec_ops_truth);
     tcase_add_test(tc, test_ops_elementwise);
     tcase_add_test(tc, test_rope);
     tcase_add_test(tc, test_kv_store_placement);

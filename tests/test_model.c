@@ -1257,6 +1257,368 @@ START_TEST(model_load_errors) {
 }
 END_TEST
 
+/* ---- whisper ----------------------------------------------------------------------------------
+ * A tiny synthetic whisper GGUF in tools/whisper_to_gguf.py's layout (M = 4 mel bins, 4 audio
+ * positions, width 8 with 2 heads, FFN 32, one encoder and one decoder layer, 6 text positions,
+ * 16 tokens), with knobs to break it one way at a time. */
+
+typedef struct wtiny {
+    const char *omit;      /* tensor not written */
+    const char *reshape;   /* tensor written with its last dimension halved */
+    const char *f16;       /* tensor written as F16 (a vector that must be F32) */
+    const char *q8;        /* tensor written as Q8_0 (a matrix type whisper does not take) */
+    const char *omit_key;  /* key not written */
+    const char *extra;     /* an extra tensor */
+    bool multilingual;     /* lang ids/codes written (1 language) */
+    int n_codes;           /* lang codes written (multilingual: default 1) */
+    int sot;               /* whisper.token.sot (default 10) */
+    int suppress0;         /* first entry of whisper.suppress_tokens (default 1) */
+    uint32_t n_text_layer; /* default 1 */
+    int state;             /* n_text_state (default 8) */
+} wtiny_t;
+
+static void kv_bool(gw_t *w, const char *key, bool v) {
+    const uint8_t x = v ? 1 : 0;
+    kv_raw(w, key, RILL_GGUF_BOOL, &x, 1);
+}
+
+static void kv_i32s(gw_t *w, const char *key, uint32_t et, const int32_t *v, int n) {
+    kv_head(w, key, RILL_GGUF_ARRAY);
+    put_u32(&w->kv, et);
+    put_u64(&w->kv, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        put_u32(&w->kv, (uint32_t)v[i]);
+    }
+}
+
+static void kv_strs(gw_t *w, const char *key, const char *const *v, int n) {
+    kv_head(w, key, RILL_GGUF_ARRAY);
+    put_u32(&w->kv, RILL_GGUF_STRING);
+    put_u64(&w->kv, (uint64_t)n);
+    for (int i = 0; i < n; i++) {
+        put_str(&w->kv, v[i]);
+    }
+}
+
+static void wt_u32(gw_t *w, const wtiny_t *t, const char *key, uint32_t v) {
+    if (t->omit_key == NULL || strcmp(t->omit_key, key) != 0) {
+        kv_u32(w, key, v);
+    }
+}
+
+static void wt_tensor(gw_t *w, const wtiny_t *t, const char *name, int n_dims, int64_t ne0,
+                      int64_t ne1, int64_t ne2, uint32_t type) {
+    if (t->omit != NULL && strcmp(t->omit, name) == 0) {
+        return;
+    }
+    int64_t ne[3] = { ne0, ne1, ne2 };
+    if (t->reshape != NULL && strcmp(t->reshape, name) == 0) {
+        ne[n_dims - 1] /= 2;
+    }
+    if (t->f16 != NULL && strcmp(t->f16, name) == 0) {
+        type = RILL_DTYPE_F16;
+    }
+    if (t->q8 != NULL && strcmp(t->q8, name) == 0) {
+        type = RILL_DTYPE_Q8_0;
+    }
+    tensor(w, name, n_dims, ne, type, AUTO_OFFSET);
+}
+
+static void wt_linear(gw_t *w, const wtiny_t *t, const char *prefix, int64_t in, int64_t out) {
+    char n[128];
+    snprintf(n, sizeof n, "%s/weight", prefix);
+    wt_tensor(w, t, n, 2, in, out, 1, RILL_DTYPE_F16);
+    snprintf(n, sizeof n, "%s/bias", prefix);
+    wt_tensor(w, t, n, 1, out, 1, 1, RILL_DTYPE_F32);
+}
+
+static void wt_ln(gw_t *w, const wtiny_t *t, const char *prefix, int64_t d) {
+    char n[128];
+    snprintf(n, sizeof n, "%s/gamma", prefix);
+    wt_tensor(w, t, n, 1, d, 1, 1, RILL_DTYPE_F32);
+    snprintf(n, sizeof n, "%s/beta", prefix);
+    wt_tensor(w, t, n, 1, d, 1, 1, RILL_DTYPE_F32);
+}
+
+static uint8_t *build_whisper(const wtiny_t *t, size_t *len) {
+    gw_t w;
+    gw_init(&w);
+    const int64_t M = 4, Ta = 4, d = 8, F = 32, Tt = 6, V = 16;
+    const int64_t dt = t->state > 0 ? t->state : d;
+    const uint32_t n_dec = t->n_text_layer > 0 ? t->n_text_layer : 1;
+    kv_str(&w, "general.architecture", "whisper");
+    wt_u32(&w, t, "whisper.n_mels", (uint32_t)M);
+    wt_u32(&w, t, "whisper.n_audio_ctx", (uint32_t)Ta);
+    wt_u32(&w, t, "whisper.n_audio_state", (uint32_t)d);
+    wt_u32(&w, t, "whisper.n_audio_head", 2);
+    wt_u32(&w, t, "whisper.n_audio_layer", 1);
+    wt_u32(&w, t, "whisper.n_text_ctx", (uint32_t)Tt);
+    wt_u32(&w, t, "whisper.n_text_state", (uint32_t)dt);
+    wt_u32(&w, t, "whisper.n_text_head", 2);
+    wt_u32(&w, t, "whisper.n_text_layer", n_dec);
+    wt_u32(&w, t, "whisper.n_vocab", (uint32_t)V);
+    if (t->omit_key == NULL || strcmp(t->omit_key, "whisper.multilingual") != 0) {
+        kv_bool(&w, "whisper.multilingual", t->multilingual);
+    }
+    if (t->omit_key == NULL || strcmp(t->omit_key, "whisper.layer_norm_epsilon") != 0) {
+        kv_f32(&w, "whisper.layer_norm_epsilon", 1e-5f);
+    }
+    wt_u32(&w, t, "whisper.token.sot", (uint32_t)(t->sot != 0 ? t->sot : 10));
+    wt_u32(&w, t, "whisper.token.eot", 11);
+    wt_u32(&w, t, "whisper.token.transcribe", 12);
+    wt_u32(&w, t, "whisper.token.translate", 13);
+    wt_u32(&w, t, "whisper.token.no_timestamps", 14);
+    wt_u32(&w, t, "whisper.token.no_speech", 15);
+    wt_u32(&w, t, "whisper.token.prev", 9);
+    wt_u32(&w, t, "whisper.token.timestamp_begin", 8);
+    const int32_t sup[2] = { t->suppress0 != 0 ? t->suppress0 : 1, 2 }, bsup[1] = { 11 };
+    if (t->omit_key == NULL || strcmp(t->omit_key, "whisper.suppress_tokens") != 0) {
+        kv_i32s(&w, "whisper.suppress_tokens", RILL_GGUF_I32, sup, 2);
+    }
+    kv_i32s(&w, "whisper.begin_suppress_tokens", RILL_GGUF_I32, bsup, 1);
+    if (t->multilingual) {
+        const int32_t ids[2] = { 7, 6 };
+        const char *const codes[2] = { "en", "de" };
+        kv_i32s(&w, "whisper.lang_ids", RILL_GGUF_U32, ids, 1);
+        kv_strs(&w, "whisper.lang_codes", codes, t->n_codes > 0 ? t->n_codes : 1);
+    }
+    kv_tokens(&w, (int)V);
+    wt_tensor(&w, t, "encoder/conv1/weight", 3, 3, M, d, RILL_DTYPE_F16);
+    wt_tensor(&w, t, "encoder/conv1/bias", 1, d, 1, 1, RILL_DTYPE_F32);
+    wt_tensor(&w, t, "encoder/conv2/weight", 3, 3, d, d, RILL_DTYPE_F16);
+    wt_tensor(&w, t, "encoder/conv2/bias", 1, d, 1, 1, RILL_DTYPE_F32);
+    wt_tensor(&w, t, "encoder/position_encodings/encodings", 2, d, Ta, 1, RILL_DTYPE_F32);
+    wt_ln(&w, t, "encoder/layer_0/self_attention/layer_norm", d);
+    wt_linear(&w, t, "encoder/layer_0/self_attention/linear_0", d, 3 * d);
+    wt_linear(&w, t, "encoder/layer_0/self_attention/linear_1", d, d);
+    wt_ln(&w, t, "encoder/layer_0/ffn/layer_norm", d);
+    wt_linear(&w, t, "encoder/layer_0/ffn/linear_0", d, F);
+    wt_linear(&w, t, "encoder/layer_0/ffn/linear_1", F, d);
+    wt_ln(&w, t, "encoder/layer_norm", d);
+    wt_tensor(&w, t, "decoder/embeddings/weight", 2, dt, V, 1, RILL_DTYPE_F16);
+    wt_tensor(&w, t, "decoder/position_encodings/encodings", 2, dt, Tt, 1, RILL_DTYPE_F32);
+    for (uint32_t l = 0; l < n_dec && l < 4; l++) {
+        char p[128];
+#define P_(s) (snprintf(p, sizeof p, "decoder/layer_%u/" s, l), p)
+        wt_ln(&w, t, P_("self_attention/layer_norm"), dt);
+        wt_linear(&w, t, P_("self_attention/linear_0"), dt, 3 * dt);
+        wt_linear(&w, t, P_("self_attention/linear_1"), dt, dt);
+        wt_ln(&w, t, P_("attention/layer_norm"), dt);
+        wt_linear(&w, t, P_("attention/linear_0"), dt, dt);
+        wt_linear(&w, t, P_("attention/linear_1"), d, 2 * dt);
+        wt_linear(&w, t, P_("attention/linear_2"), dt, dt);
+        wt_ln(&w, t, P_("ffn/layer_norm"), dt);
+        wt_linear(&w, t, P_("ffn/linear_0"), dt, F);
+        wt_linear(&w, t, P_("ffn/linear_1"), F, dt);
+#undef P_
+    }
+    wt_ln(&w, t, "decoder/layer_norm", dt);
+    wt_tensor(&w, t, "whisper/mel_filters", 2, 201, M, 1, RILL_DTYPE_F32);
+    if (t->extra != NULL) {
+        wt_tensor(&w, t, t->extra, 1, d, 1, 1, RILL_DTYPE_F32);
+    }
+    return gw_finish(&w, len);
+}
+
+/* Loads a synthetic whisper file from memory. The model borrows the buffer: with keep, the
+ * caller gets it in *keep and frees it after destroying the model; without, it is freed here (for
+ * loads expected to fail; a model that loaded anyway is destroyed first). */
+static rill_err_t load_whisper_keep(const wtiny_t *t, rill_model_t **m, uint8_t **keep) {
+    size_t n;
+    uint8_t *b = build_whisper(t, &n);
+    int64_t before = live();
+    rill_err_t e = load_buf(b, n, rill_model_default_params(), m);
+    if (e != RILL_OK) {
+        ck_assert_int_eq(live(), before);
+    }
+    if (keep != NULL) {
+        *keep = b;
+    } else {
+        rill_model_destroy(m);
+        free(b);
+    }
+    return e;
+}
+
+static rill_err_t load_whisper(const wtiny_t *t, rill_model_t **m) {
+    return load_whisper_keep(t, m, NULL);
+}
+
+START_TEST(model_loads_tiny_whisper) {
+    wtiny_t t = { 0 };
+    rill_model_t *m = NULL;
+    uint8_t *keep = NULL;
+    ck_assert_int_eq(load_whisper_keep(&t, &m, &keep), RILL_OK);
+    const rill_hparams_t *hp = rill_model_hparams(m);
+    ck_assert_int_eq(hp->arch, RILL_ARCH_WHISPER);
+    ck_assert_str_eq(rill_arch_name(hp->arch), "whisper");
+    /* the generic hparams describe the text decoder */
+    ck_assert_int_eq(hp->n_vocab, 16);
+    ck_assert_int_eq(hp->n_ctx_train, 6);
+    ck_assert_int_eq(hp->n_embd, 8);
+    ck_assert_int_eq(hp->n_layer, 1);
+    ck_assert_int_eq(hp->n_head, 2);
+    ck_assert_int_eq(hp->n_head_kv, 2);
+    ck_assert_int_eq(hp->head_dim, 4);
+    ck_assert_int_eq(hp->n_ff, 32);
+    ck_assert(hp->tied_output);
+    ck_assert_int_eq(rill_model_weights(m)->n_layer, 0);
+    ck_assert_ptr_null(rill_model_weights(m)->token_embd.data);
+    const rill_whisper_hparams_t *wh = rill_model_whisper_hparams(m);
+    ck_assert_ptr_nonnull(wh);
+    ck_assert_int_eq(wh->n_mels, 4);
+    ck_assert_int_eq(wh->n_audio_ctx, 4);
+    ck_assert_int_eq(wh->n_audio_ff, 32);
+    ck_assert_int_eq(wh->n_text_ff, 32);
+    ck_assert(!wh->multilingual);
+    ck_assert_int_eq(wh->n_langs, 0);
+    ck_assert_int_eq(wh->tok_sot, 10);
+    ck_assert_int_eq(wh->tok_eot, 11);
+    ck_assert_int_eq(wh->tok_timestamp_begin, 8);
+    ck_assert_int_eq(wh->n_suppress, 2);
+    ck_assert_int_eq(wh->suppress[0], 1);
+    ck_assert_int_eq(wh->n_begin_suppress, 1);
+    ck_assert_int_eq(wh->begin_suppress[0], 11);
+    ck_assert_float_eq(wh->eps, 1e-5f);
+    /* the conv weight as an im2col matrix, the fused projections as row views */
+    const rill_whisper_weights_t *ww = rill_model_whisper_weights(m);
+    ck_assert_int_eq(ww->conv1_w.ne0, 12);
+    ck_assert_int_eq(ww->conv1_w.ne1, 8);
+    ck_assert_int_eq(ww->conv2_w.ne0, 24);
+    ck_assert_int_eq(ww->mel_filters.ne0, 201);
+    ck_assert_int_eq(ww->mel_filters.ne1, 4);
+    const rill_whisper_attn_weights_t *sa = &ww->enc_layers[0].attn;
+    ck_assert_int_eq(sa->wq.ne1, 8);
+    ck_assert_ptr_eq((const char *)sa->wk.data, (const char *)sa->wq.data + 8 * sa->wq.row_bytes);
+    ck_assert_ptr_eq((const char *)sa->wv.data, (const char *)sa->wq.data + 16 * sa->wq.row_bytes);
+    ck_assert_ptr_eq((const float *)sa->bv.data, (const float *)sa->bq.data + 16);
+    const rill_whisper_attn_weights_t *ca = &ww->dec_layers[0].cross_attn;
+    ck_assert_int_eq(ca->wk.ne0, 8);
+    ck_assert_ptr_eq((const char *)ca->wv.data, (const char *)ca->wk.data + 8 * ca->wk.row_bytes);
+    ck_assert_ptr_null(rill_model_whisper_hparams(NULL));
+    rill_model_destroy(&m);
+    free(keep);
+    /* llama models have no whisper part */
+    tiny_t lt = tiny_default();
+    size_t n;
+    uint8_t *b = build_tiny(&lt, &n);
+    ck_assert_int_eq(load_buf(b, n, rill_model_default_params(), &m), RILL_OK);
+    ck_assert_ptr_null(rill_model_whisper_hparams(m));
+    ck_assert_ptr_null(rill_model_whisper_weights(m));
+    rill_model_destroy(&m);
+    free(b);
+    /* a multilingual one */
+    t.multilingual = true;
+    ck_assert_int_eq(load_whisper_keep(&t, &m, &keep), RILL_OK);
+    wh = rill_model_whisper_hparams(m);
+    ck_assert(wh->multilingual);
+    ck_assert_int_eq(wh->n_langs, 1);
+    ck_assert_int_eq(wh->lang_ids[0], 7);
+    ck_assert(rill_gguf_str_eq(wh->lang_codes[0], "en"));
+    rill_model_destroy(&m);
+    free(keep);
+}
+END_TEST
+
+START_TEST(model_whisper_load_errors) {
+    static const struct {
+        const char *what;
+        rill_err_t want;
+        const char *in_msg;
+    } cases[] = {
+        { "omit decoder/layer_0/attention/linear_1/weight", RILL_EFORMAT,
+          "missing tensor decoder/layer_0/attention/linear_1/weight" },
+        { "omit encoder/conv2/weight", RILL_EFORMAT, "missing tensor encoder/conv2/weight" },
+        { "omit whisper/mel_filters", RILL_EFORMAT, "whisper/mel_filters" },
+        { "omit encoder/layer_0/ffn/linear_0/weight", RILL_EFORMAT,
+          "encoder/layer_0/ffn/linear_0/weight" },
+        { "reshape encoder/conv1/weight", RILL_EFORMAT,
+          "encoder/conv1/weight has shape [3, 4, 4, 1], expected [3, 4, 8]" },
+        { "reshape encoder/layer_0/self_attention/linear_0/weight", RILL_EFORMAT,
+          "self_attention/linear_0/weight has shape [8, 12" },
+        { "reshape decoder/position_encodings/encodings", RILL_EFORMAT, "position_encodings" },
+        { "reshape decoder/layer_0/ffn/linear_1/bias", RILL_EFORMAT, "ffn/linear_1/bias" },
+        { "f16 encoder/layer_norm/gamma", RILL_EUNSUPPORTED, "needs F32" },
+        { "q8 decoder/layer_0/ffn/linear_1/weight", RILL_EUNSUPPORTED, "F32, F16 or BF16" },
+        { "key whisper.n_mels", RILL_EFORMAT, "missing required key whisper.n_mels" },
+        { "key whisper.token.no_speech", RILL_EFORMAT, "whisper.token.no_speech" },
+        { "key whisper.multilingual", RILL_EFORMAT, "whisper.multilingual" },
+        { "key whisper.layer_norm_epsilon", RILL_EFORMAT, "layer_norm_epsilon" },
+        { "key whisper.suppress_tokens", RILL_EFORMAT, "whisper.suppress_tokens" },
+        { "sot outside the vocabulary", RILL_EFORMAT, "whisper.token.sot = 16" },
+        { "suppress outside the vocabulary", RILL_EFORMAT, "whisper.suppress_tokens[0] = -3" },
+        { "codes without ids", RILL_EFORMAT, "lang_codes has 2 entries" },
+        { "huge layer count", RILL_EFORMAT, "need at least" },
+        { "state not a multiple of heads", RILL_EFORMAT, "multiples of head counts" },
+        { "extra tensor", RILL_EUNSUPPORTED, "encoder/extra is not used by architecture whisper" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        wtiny_t t = { 0 };
+        const char *w = cases[i].what;
+        if (strncmp(w, "omit ", 5) == 0) {
+            t.omit = w + 5;
+        } else if (strncmp(w, "reshape ", 8) == 0) {
+            t.reshape = w + 8;
+        } else if (strncmp(w, "f16 ", 4) == 0) {
+            t.f16 = w + 4;
+        } else if (strncmp(w, "q8 ", 3) == 0) {
+            t.q8 = w + 3;
+        } else if (strncmp(w, "key ", 4) == 0) {
+            t.omit_key = w + 4;
+        } else if (strcmp(w, "sot outside the vocabulary") == 0) {
+            t.sot = 16;
+        } else if (strcmp(w, "suppress outside the vocabulary") == 0) {
+            t.suppress0 = -3;
+        } else if (strcmp(w, "codes without ids") == 0) {
+            t.multilingual = true;
+            t.n_codes = 2;
+        } else if (strcmp(w, "huge layer count") == 0) {
+            t.n_text_layer = 100000;
+        } else if (strcmp(w, "state not a multiple of heads") == 0) {
+            t.state = 9;
+        } else if (strcmp(w, "extra tensor") == 0) {
+            t.extra = "encoder/extra";
+        }
+        rill_model_t *m = NULL;
+        rill_err_t e = load_whisper(&t, &m);
+        ck_assert_msg(e == cases[i].want, "%s: got %s (%s)", w, rill_err_name(e),
+                      rill_last_error(RILL_OK));
+        ck_assert_msg(strstr(rill_last_error(RILL_OK), cases[i].in_msg) != NULL,
+                      "%s: message '%s' lacks '%s'", w, rill_last_error(RILL_OK), cases[i].in_msg);
+        ck_assert_ptr_null(m);
+    }
+    /* allow_unused_tensors applies to whisper files too */
+    wtiny_t t = { .extra = "encoder/extra" };
+    size_t n;
+    uint8_t *b = build_whisper(&t, &n);
+    rill_model_params_t p = rill_model_default_params();
+    p.allow_unused_tensors = true;
+    rill_model_t *m = NULL;
+    test_log_quiet();
+    ck_assert_int_eq(load_buf(b, n, p, &m), RILL_OK);
+    test_log_release();
+    rill_model_destroy(&m);
+    free(b);
+    /* every truncation of the file is refused, leaking nothing */
+    t = (wtiny_t){ 0 };
+    b = build_whisper(&t, &n);
+    int64_t before = live();
+    for (size_t cut = 0; cut < n; cut += (cut < 2048 ? 1 : 97)) {
+        rill_gguf_t *g = NULL;
+        if (rill_gguf_open_memory(b, cut, &g) == RILL_OK) {
+            ck_assert_int_ne(rill_model_load_gguf(&g, rill_model_default_params(), &m), RILL_OK);
+            rill_gguf_destroy(&g);
+        }
+        ck_assert_ptr_null(m);
+    }
+    ck_assert_int_eq(live(), before);
+    /* and every allocation failure */
+    mem_ctx_t c = { b, n };
+    fail_walk(op_load_memory, &c, 9);
+    free(b);
+}
+END_TEST
+
 /* ---- the fuzz corpus replays cleanly ---- */
 
 START_TEST(fuzz_corpus_replays) {
@@ -1764,6 +2126,8 @@ static Suite *model_suite(void) {
     tcase_add_test(tc, model_loads_tiny_llama_and_qwen2);
     tcase_add_test(tc, model_unused_tensor_policy);
     tcase_add_test(tc, model_load_errors);
+    tcase_add_test(tc, model_loads_tiny_whisper);
+    tcase_add_test(tc, model_whisper_load_errors);
     suite_add_tcase(s, tc);
     tc = tcase_create("sampler");
     tcase_add_test(tc, sampler_greedy_and_ties);

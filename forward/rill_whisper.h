@@ -1,0 +1,200 @@
+/*
+ * rill_whisper.h - OpenAI's Whisper (speech recognition) run on rill's backend: the conv stem
+ * and encoder over a 30 s window of log-mel features, and the decoder with self-attention over
+ * paged KV (rill_kv_cache_t, as the LLM forward pass keeps it) and cross-attention over an
+ * encoded window.
+ *
+ * A rill_whisper_t binds a model of architecture "whisper" (rill_model.h: rill_model_whisper_*)
+ * to a backend, prepares its weights and allocates every buffer a pass needs. Then:
+ *   - rill_whisper_encode(mel) fills a rill_whisper_window_t: the encoder output and, for every
+ *     decoder layer, the cross-attention K and V of that output, computed once per window and
+ *     read by every decode step that attends to it;
+ *   - rill_whisper_decode() runs one batch of decoder tokens, which may belong to several
+ *     sequences (each with its own KV pages, positions and window), and returns the logits of the
+ *     rows asked for: the building block for batched, streaming and speculative decoding;
+ *   - rill_whisper_greedy() is the plain transcription of one window (prompt sot, language,
+ *     transcribe, no_timestamps; token suppression; greedy until eot), with the no-speech
+ *     probability.
+ *
+ * The computation is CTranslate2's WhisperSpec (the oracle, tests/test_whisper.c): pre-norm
+ * blocks, LayerNorm eps from the model, GELU (erf), conv1 (k 3, stride 1, pad 1) + GELU, conv2
+ * (k 3, stride 2, pad 1) + GELU, sinusoidal encoder positions added once, learned decoder
+ * positions, attention scaled by 1/sqrt(head_dim), decoder output projection tied to the token
+ * embedding. Numerics: tolerance class relative to CTranslate2 (different summation orders);
+ * with f32_weights (default) the weights are widened to f32 once, so every matmul is f32 x f32
+ * as CTranslate2's compute_type "float32" computes; without it the mapped F16 weights are used
+ * and activations are rounded to f16 per matmul (llama.cpp's F16 arithmetic), which costs
+ * accuracy for half the weight memory. The tolerances measured are in tests/test_whisper.c and
+ * docs/whisper.md.
+ *
+ * Memory, all allocated at creation (nothing per token or per encode), with Ta = n_audio_ctx,
+ * d = n_audio_state = n_text_state, F_a / F_t the FFN widths, M = n_mels, T = max_batch,
+ * L = max_logits, V = n_vocab, in floats of backend memory:
+ *   encoder scratch  2 Ta M + 2 Ta d + 6 Ta d + max(Ta F_a, 6 Ta M, 3 Ta d)
+ *                    (tiny.en 28.6 MiB, base 37.8 MiB)
+ *   decoder scratch  T (6 d + F_t) + L (d + V)   (tiny.en with T = 448, L = 4: 7.7 MiB)
+ *   greedy KV cache  2 n_text_layer n_text_ctx d (F32; tiny.en 5.3 MiB)
+ * plus, with f32_weights, an f32 copy of every F16/BF16 matrix in host memory (4 bytes per
+ * parameter: tiny.en 151 MB, base 290 MB; without it the weights stay in the file's mapping),
+ * the tokenizer, and the backend's own scratch. A window holds Ta d (1 + 2 n_text_layer) floats
+ * (tiny.en 19.8 MiB, base 38.1 MiB).
+ *
+ * Thread safety: a rill_whisper_t, its windows and its KV caches belong to one thread at a time
+ * (the thread that owns the backend); the model may be shared.
+ */
+#ifndef RILL_WHISPER_H
+#define RILL_WHISPER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rill_backend.h"
+#include "rill_err.h"
+#include "rill_forward.h"
+#include "rill_model.h"
+#include "rill_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct rill_whisper rill_whisper_t;
+typedef struct rill_whisper_window rill_whisper_window_t;
+
+typedef struct rill_whisper_params {
+    int32_t max_batch;  /* decoder tokens per rill_whisper_decode(); default (0): the smaller of
+                           the backend's max_batch and n_text_ctx */
+    int32_t max_logits; /* logit rows per output matmul (more are done in several); default 4 */
+    bool f32_weights;   /* widen F16/BF16 matrices to f32 at creation (default true; see the
+                           top of this file) */
+} rill_whisper_params_t;
+
+rill_whisper_params_t rill_whisper_default_params(void);
+
+/* Binds a whisper model to backend. Takes a reference to model (dropped by destroy); the
+ * backend is borrowed and must outlive the rill_whisper_t. Builds the model's tokenizer (for
+ * the transcript's text). Errors: RILL_EINVAL (NULL, max_batch or max_logits outside [1, the
+ * backend's max_batch]), RILL_EUNSUPPORTED (not a whisper model; a matmul input wider than the
+ * backend's max_n_in: 3 * n_audio_state and the FFN width must fit), RILL_ENOMEM, and the
+ * tokenizer's errors. Each is also in rill_last_error(). On error nothing is left allocated.
+ * Caller owns *out; destroy with rill_whisper_destroy(). */
+rill_err_t rill_whisper_new(rill_model_t *model, rill_backend_t *backend,
+                            const rill_whisper_params_t *params, rill_whisper_t **out);
+
+/* Frees everything it allocated and drops its model reference; sets *wp = NULL. NULL-safe.
+ * Windows and KV caches made for it must be destroyed first. */
+void rill_whisper_destroy(rill_whisper_t **wp);
+
+/* Borrowed views, valid for the rill_whisper_t's lifetime. */
+const rill_whisper_hparams_t *rill_whisper_hparams(const rill_whisper_t *w);
+const rill_tokenizer_t *rill_whisper_tokenizer(const rill_whisper_t *w);
+rill_backend_t *rill_whisper_backend(rill_whisper_t *w);
+
+/* Mel frames one window takes: 2 * n_audio_ctx (3000 = 30 s). */
+int32_t rill_whisper_n_frames(const rill_whisper_t *w);
+
+/* ---- encoding ------------------------------------------------------------------------------- */
+
+/* Allocates a window's storage (encoder output and every decoder layer's cross K/V) in w's
+ * backend memory; it holds nothing until rill_whisper_encode(). Errors: RILL_EINVAL, RILL_ENOMEM.
+ * Caller owns *out; destroy with rill_whisper_window_destroy() before w. */
+rill_err_t rill_whisper_window_new(rill_whisper_t *w, rill_whisper_window_t **out);
+
+void rill_whisper_window_destroy(rill_whisper_window_t **winp);
+
+/* Encodes one window: mel_host is host memory of n_mels rows of n_frames values (channel-major,
+ * as faster-whisper's FeatureExtractor returns them: row c is mel bin c over time), n_frames ==
+ * rill_whisper_n_frames() (pad shorter audio's features with 0.0, as faster-whisper does, before
+ * calling). Runs the conv stem, the encoder and the final LayerNorm, then every decoder layer's
+ * cross-attention K and V, into win. Errors: RILL_EINVAL (NULL, a window of another
+ * rill_whisper_t, wrong n_frames, a non-finite feature), and the backend's. On error win holds
+ * no encoded window (decode refuses it until a successful encode). Blocks until done. */
+rill_err_t rill_whisper_encode(rill_whisper_t *w, const float *mel_host, int32_t n_frames,
+                               rill_whisper_window_t *win);
+
+/* True when win holds an encoded window. */
+bool rill_whisper_window_encoded(const rill_whisper_window_t *win);
+
+/* Copies the encoder output (n_audio_ctx rows of n_audio_state floats, after the final
+ * LayerNorm) to host[n_floats]. Errors: RILL_EINVAL (NULL, not encoded, n_floats not
+ * n_audio_ctx * n_audio_state). */
+rill_err_t rill_whisper_window_read(const rill_whisper_window_t *win, float *host,
+                                    int64_t n_floats);
+
+/* ---- decoding ------------------------------------------------------------------------------- */
+
+/* A KV cache for the decoder's self-attention: n_text_layer pools of n_pages pages of page_size
+ * positions, n_text_head heads of head_dim values (no RoPE: keys are stored as projected).
+ * The rest as rill_kv_cache_new() (rill_forward.h), whose accessors and page copies work on it.
+ * Caller owns *out; destroy with rill_kv_cache_destroy() before w. */
+rill_err_t rill_whisper_kv_cache_new(rill_whisper_t *w, rill_dtype_t dtype, int32_t page_size,
+                                     int32_t n_pages, rill_kv_cache_t **out);
+
+/* Runs one batch of decoder tokens (rill_backend.h's batch: per token its sequence, position,
+ * KV slot and visible KV count; positions index the learned position table, so pos <
+ * n_text_ctx), tokens[i] the id of batch token i, windows[s] the encoded window sequence s
+ * cross-attends to (batch->n_seq entries; sequences may share a window). Writes every token's
+ * K/V into kv. For each of the n_out indices out_rows[j] (batch token indices, any order,
+ * repeats allowed) that token's logits go to logits_host[j * n_vocab .. + n_vocab) (host,
+ * caller-owned); n_out may be 0. Bits: a token's logits do not depend on the other sequences of
+ * the batch, but, as the backend's matmul kernel does, on whether the batch has one token or
+ * more, and on whether its row is projected alone or with others (rows go through the output
+ * matmul max_logits at a time: a last group of one row takes the one-token kernel). Errors: RILL_EINVAL (NULL, a cache or window of another
+ * rill_whisper_t, a window not encoded, a token outside the vocabulary, a position >=
+ * n_text_ctx, an out_rows entry outside the batch, what rill_backend_set_batch or an op
+ * rejects), RILL_ERANGE (n_tok > max_batch). On error the cache may hold partial writes at the
+ * batch's slots only. Blocks until done. */
+rill_err_t rill_whisper_decode(rill_whisper_t *w, rill_kv_cache_t *kv, const rill_batch_t *batch,
+                               const int32_t *tokens, const rill_whisper_window_t *const *windows,
+                               const int32_t *out_rows, int32_t n_out, float *logits_host);
+
+/* ---- transcription -------------------------------------------------------------------------- */
+
+/* The decoder prompt without timestamps, as faster-whisper builds it, into out[cap]: sot,
+ * language, transcribe, no_timestamps for a multilingual model; sot, no_timestamps for an
+ * English-only one (its sot sequence has no language or task token). language: a code of the
+ * model's whisper.lang_codes ("en", "de", ...); NULL means "en" for a multilingual model; an
+ * English-only one takes NULL or "en". Returns the count (4 or 2). Errors: RILL_EINVAL (NULL w or out),
+ * RILL_ENOTFOUND (a language the model lacks; English-only models: any but "en"), RILL_EFULL
+ * (cap too small). */
+int64_t rill_whisper_prompt(const rill_whisper_t *w, const char *language, int32_t *out,
+                            int32_t cap);
+
+typedef struct rill_whisper_greedy_params {
+    const char *language; /* as rill_whisper_prompt(); default NULL */
+    int32_t max_tokens;   /* most tokens generated (0, the default: until the prompt plus the
+                             generated tokens fill n_text_ctx, as faster-whisper's max_length) */
+} rill_whisper_greedy_params_t;
+
+rill_whisper_greedy_params_t rill_whisper_greedy_default_params(void);
+
+typedef struct rill_whisper_transcript {
+    int32_t *tokens; /* generated ids, eot excluded; owned (rill_whisper_transcript_deinit) */
+    int32_t n_tokens;
+    char *text;           /* their text (NUL-terminated UTF-8, the tokenizer's decode); owned */
+    size_t text_len;      /* bytes before the NUL */
+    float no_speech_prob; /* softmax of the logits after sot, at the no_speech token */
+    bool hit_limit;       /* stopped by the length limit, not by eot */
+} rill_whisper_transcript_t;
+
+/* Greedy transcription of one encoded window, as CTranslate2's Whisper generate with beam 1:
+ * the prompt of rill_whisper_prompt(); at every step the logits of whisper.suppress_tokens and
+ * of transcribe, translate, sot, prev and no_speech are set to -inf (faster-whisper's
+ * suppression list), and at the first step those of whisper.begin_suppress_tokens too
+ * (suppress_blank); the next token is the arg-max (lowest id on ties); stops at eot or at the
+ * length limit. Uses w's own KV cache (no caller cache is touched). On success out is filled
+ * (caller owns it: rill_whisper_transcript_deinit); on error out is zeroed. Errors: RILL_EINVAL
+ * (NULL, a window not encoded or of another rill_whisper_t, max_tokens < 0), RILL_ENOTFOUND
+ * (language), RILL_ENOMEM, the decode's. Blocks until done. */
+rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *win,
+                               const rill_whisper_greedy_params_t *params,
+                               rill_whisper_transcript_t *out);
+
+/* Frees a transcript's arrays and zeroes it. NULL-safe. */
+void rill_whisper_transcript_deinit(rill_whisper_transcript_t *t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RILL_WHISPER_H */
