@@ -234,8 +234,8 @@ static void start_refreshes(rill_sched_t *sch, const model_t *m) {
             r->first_ns = 0;
             r->compute_ns = 0;
             r->ttft_compute_ns = 0;
-            r->backlog = 0; /* refreshes start on evaluated data only */
-            r->submit_ns = rill__sched_now();
+            r->backlog = 0;     /* refreshes start on evaluated data only */
+            r->submit_ns = now; /* == last_start_ns: answers show the interval */
             rill__sched_start_fork(sch, r);
         }
     }

@@ -73,6 +73,7 @@ typedef struct opts {
     local_opts_t lo;
     int64_t sessions, every, answer, context, seed, stateless;
     double rate, duration, max_delay_ms;
+    double standing_interval_ms, standing_share; /* the standing budget (rill_sched_params_t) */
     bool no_standing, no_prompt, export_only;
     const char *json_path, *export_path;
 } opts_t;
