@@ -100,23 +100,21 @@
  *   standing_max_share        refreshes start only while the standing share of engine time is
  *                             below this (0, 1]; 1: no cap. The share is an exponentially
  *                             decayed average over wall time with time constant
- *                             RILL_SCHED_SHARE_TAU_NS: share = S / W where, at every pass and
- *                             every wake-up, both decay by d = exp(-dt / tau) over the dt since
- *                             the last update, W grows by tau * (1 - d) (the weight of that
- *                             interval) and S by the interval's standing time spread over it
- *                             (a pass's time times its STANDING tokens over its tokens, times
- *                             tau * (1 - d) / dt). W starts at tau (as if the engine had idled
- *                             one time constant before it was created), so a fresh engine may
- *                             spend about max_share * tau on refreshes at once.
- * A refresh that has started finishes as without the limits (its steps count in the share).
- * A stale query held back by a limit waits without busy waiting: when nothing else is to be
- * done the engine sleeps until the interval ends or the share has decayed below the maximum
- * (or a command arrives) and starts it then, without new input. rill_sched_wait_idle() counts
- * such a query as work (it returns once it is fresh). stats.standing_deferred_interval and
- * stats.standing_deferred_share count refreshes that a limit held back (each refresh at most
- * once per limit), stats.standing_share is the share now and stats.standing_ns the engine time
- * refreshes took. The defaults (250 ms, 0.5) were chosen by measurement (docs/benchmarks.md,
- * "Standing budget").
+ *                             RILL_SCHED_SHARE_TAU_NS: share = S / W where, at the end of
+ *                             every pass (and, for reading it, at any time), both decay by
+ *                             d = exp(-dt / tau) over the dt since the last pass, W grows by tau *
+ * (1 - d) (the weight of that interval) and S by the interval's standing time spread over it (a
+ * pass's time times its STANDING tokens over its tokens, times tau * (1 - d) / dt). W starts at tau
+ * (as if the engine had idled one time constant before it was created), so a fresh engine may spend
+ * about max_share * tau on refreshes at once. A refresh that has started finishes as without the
+ * limits (its steps count in the share). A stale query held back by a limit waits without busy
+ * waiting: when nothing else is to be done the engine sleeps until the interval ends or the share
+ * has decayed below the maximum (or a command arrives) and starts it then, without new input.
+ * rill_sched_wait_idle() counts such a query as work (it returns once it is fresh).
+ * stats.standing_deferred_interval and stats.standing_deferred_share count refreshes that a limit
+ * held back (each refresh at most once per limit), stats.standing_share is the share now and
+ * stats.standing_ns the engine time refreshes took. The defaults (250 ms, 0.5) were chosen by
+ * measurement (docs/benchmarks.md, "Standing budget").
  *
  * Speculation. rill_sched_spec_start() guesses the rest of a speaker's input: the engine forks
  * the session, feeds the guessed input and decodes a reply at SPEC class, holding the reply
