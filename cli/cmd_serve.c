@@ -108,8 +108,8 @@ int cmd_serve(int argc, char **argv) {
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
             max_delay = p.max_delay_ms, http_replay = p.http_replay,
-            http_stream_max = p.http_stream_max;
-    double tick_rate = p.tick_rate;
+            http_stream_max = p.http_stream_max, standing_interval = p.standing_interval_ms;
+    double tick_rate = p.tick_rate, standing_share = p.standing_share;
     bool insecure = false;
     int n_pos = 0;
     const cli_opt_t opts[] = {
@@ -153,6 +153,14 @@ int cmd_serve(int argc, char **argv) {
           1, 0 },
         { "max-delay-ms", NULL, CLI_INT, &max_delay,
           "bound on a step, hence on a waiting question's delay (0: none)", 0, 1e6 },
+        { "standing-interval-ms", NULL, CLI_INT, &standing_interval,
+          "least time between the starts of one standing query's refreshes; newer data "
+          "meanwhile waits for the next (0: none)",
+          0, 1e9 },
+        { "standing-share", NULL, CLI_FLOAT, &standing_share,
+          "most share of engine time standing refreshes may take (decayed over ~2 s) before "
+          "new ones wait, leaving the rest for ingest and questions (1: no cap)",
+          0.001, 1 },
         { "hwm", NULL, CLI_INT, &hwm, "high-water mark of both sockets (messages)", 1, 1e7 },
         { "max-msg", NULL, CLI_INT, &max_msg, "largest request frame (bytes)", 1024, 1 << 30 },
         { "ready-file", NULL, CLI_STRING, &p.ready_file,
@@ -218,6 +226,8 @@ int cmd_serve(int argc, char **argv) {
     p.default_sinks = (int32_t)sinks;
     p.max_sessions = (int32_t)max_sessions;
     p.max_delay_ms = max_delay;
+    p.standing_interval_ms = standing_interval;
+    p.standing_share = standing_share;
     p.http_replay = (int32_t)http_replay;
     p.http_stream_max = http_stream_max;
     p.tick_rate = tick_rate;

@@ -3,13 +3,17 @@
  * between steps, carries the commands out (blocking callers are woken once theirs is done, before
  * the next step starts), runs a step, and sleeps on a condition variable when there is neither a
  * command nor work. Everything it touches below the queue is its own; the only shared state is
- * the queue and the flags under the mutex.
+ * the queue and the flags under the mutex. When a step had nothing to run but held a standing
+ * refresh back (the standing budget), the engine sleeps only until that refresh may start
+ * (sch->wake_at, a timed wait on the `wake` condition, whose clock is CLOCK_MONOTONIC like
+ * rill_now_ns) and is not idle meanwhile, so rill_sched_wait_idle() waits for the refresh.
  *
  * Rejected: one lock per session with callers stepping sessions themselves (a step must see
  * every session, and the pool's free list is shared); a lock-free queue (commands are rare next
  * to steps; a mutex is simpler to get right and to check under TSan).
  */
 #include <string.h>
+#include <time.h>
 
 #include "rill_alloc.h"
 #include "sched_internal.h"
@@ -35,6 +39,7 @@ static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
     o->ns_per_token = m0->ns_per_tok;
     o->ns_per_step = m0->ns_fixed;
     o->chunk_cap = rill__sched_step_cap(sch, m0);
+    o->standing_share = rill__sched_share(sch, rill__sched_now());
     o->n_sessions = sch->n_sessions;
     o->backlog = 0;
     for (const sess_t *x = sch->sessions; x != NULL; x = x->next) {
@@ -333,14 +338,22 @@ void *rill__sched_engine(void *arg) {
             break;
         }
         if (!worked && sch->head == NULL && !sch->stop) {
-            sch->idle = true;
-            pthread_cond_broadcast(&sch->done);
             int64_t t0 = rill__sched_now();
-            while (sch->head == NULL && !sch->stop) {
-                pthread_cond_wait(&sch->wake, &sch->mu);
+            if (sch->wake_at == 0) { /* nothing to do until a command */
+                sch->idle = true;
+                pthread_cond_broadcast(&sch->done);
+                while (sch->head == NULL && !sch->stop) {
+                    pthread_cond_wait(&sch->wake, &sch->mu);
+                }
+                sch->idle = false;
+            } else { /* a refresh the standing budget holds back: not idle, but asleep */
+                struct timespec dl = { .tv_sec = (time_t)(sch->wake_at / 1000000000),
+                                       .tv_nsec = (long)(sch->wake_at % 1000000000) };
+                while (sch->head == NULL && !sch->stop &&
+                       pthread_cond_timedwait(&sch->wake, &sch->mu, &dl) == 0) {
+                }
             }
             sch->st.idle_ns += rill__sched_now() - t0;
-            sch->idle = false;
         }
     }
     pthread_mutex_unlock(&sch->mu);

@@ -92,6 +92,30 @@
  * question tokens while the version still matches answers from the cache without touching the
  * model (answer.cached).
  *
+ * Standing budget. Refreshes use idle capacity, but two limits keep them from taking all of it,
+ * so that the engine has room left when ingest or a question arrives (params):
+ *   standing_min_interval_ns  a query's refresh starts no sooner than this after its previous
+ *                             one started (abandoned ones included); newer data meanwhile
+ *                             coalesces into the one refresh that follows. 0: no interval.
+ *   standing_max_share        refreshes start only while the standing share of engine time is
+ *                             below this (0, 1]; 1: no cap. The share is an exponentially
+ *                             decayed average over wall time with time constant
+ *                             RILL_SCHED_SHARE_TAU_NS: share = S / W where, at the end of
+ *                             every pass (and, for reading it, at any time), both decay by
+ *                             d = exp(-dt / tau) over the dt since the last pass, W grows by tau *
+ * (1 - d) (the weight of that interval) and S by the interval's standing time spread over it (a
+ * pass's time times its STANDING tokens over its tokens, times tau * (1 - d) / dt). W starts at tau
+ * (as if the engine had idled one time constant before it was created), so a fresh engine may spend
+ * about max_share * tau on refreshes at once. A refresh that has started finishes as without the
+ * limits (its steps count in the share). A stale query held back by a limit waits without busy
+ * waiting: when nothing else is to be done the engine sleeps until the interval ends or the share
+ * has decayed below the maximum (or a command arrives) and starts it then, without new input.
+ * rill_sched_wait_idle() counts such a query as work (it returns once it is fresh).
+ * stats.standing_deferred_interval and stats.standing_deferred_share count refreshes that a limit
+ * held back (each refresh at most once per limit), stats.standing_share is the share now and
+ * stats.standing_ns the engine time refreshes took. The defaults (250 ms, 0.5) were chosen by
+ * measurement (docs/benchmarks.md, "Standing budget").
+ *
  * Speculation. rill_sched_spec_start() guesses the rest of a speaker's input: the engine forks
  * the session, feeds the guessed input and decodes a reply at SPEC class, holding the reply
  * tokens back. rill_sched_spec_commit() gives the real input: if it equals the guess, the held
@@ -183,7 +207,16 @@ typedef struct rill_sched_params {
                                2 * ceil(step_tokens / P) */
     int32_t max_sessions;   /* over all models; default 1024 */
     rill_sched_model_steps_t model_steps; /* default RILL_SCHED_EVERY_MODEL */
+    int64_t standing_min_interval_ns;     /* least time between the starts of one standing
+                                             query's refreshes (>= 0; 0: none); default
+                                             250 ms ("Standing budget") */
+    double standing_max_share;            /* most share of engine time refreshes may hold
+                                             before no new one starts, in (0, 1] (1: no
+                                             cap); default 0.5 ("Standing budget") */
 } rill_sched_params_t;
+
+/* Time constant of the standing share's decayed average ("Standing budget"): 2 s. */
+#define RILL_SCHED_SHARE_TAU_NS (2LL * 1000 * 1000 * 1000)
 
 /* Defaults as documented per field. */
 rill_sched_params_t rill_sched_default_params(void);
@@ -500,6 +533,12 @@ typedef struct rill_sched_stats {
                                      question work (in their model's pass or an earlier one) */
     int64_t questions, questions_failed;
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
+    int64_t standing_deferred_interval; /* refreshes held back by standing_min_interval_ns */
+    int64_t standing_deferred_share;    /* refreshes held back by standing_max_share */
+    int64_t standing_ns;                /* engine time of refreshes: each pass's time times
+                                           its STANDING tokens over its tokens */
+    double standing_share;              /* the standing share of engine time now, [0, 1]
+                                           ("Standing budget") */
     int64_t spec_started, spec_committed, spec_hits; /* hits: the guess matched entirely */
     int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
     int64_t prefix_shared_pages; /* pages forks of shared prompts did not have to compute */
@@ -530,7 +569,8 @@ typedef struct rill_sched_model_info {
 rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_model_info_t *out);
 
 /* Blocks until the engine has no work left (every queue empty, no request open, standing
- * queries fresh) or timeout_ns passes. RILL_OK or RILL_ETIMEDOUT. For tests and benchmarks. */
+ * queries fresh: one held back by the standing budget is waited for) or timeout_ns passes.
+ * RILL_OK or RILL_ETIMEDOUT. For tests and benchmarks. */
 rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns);
 
 #ifdef __cplusplus

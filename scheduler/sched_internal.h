@@ -220,7 +220,14 @@ typedef struct req {
     int32_t n_cache;
     int64_t cache_version, cache_done_ns, cache_compute_ns;
     int64_t refreshes, abandoned, hits;
+    int64_t last_start_ns; /* rill__sched_now() its latest refresh started (0: none yet) */
+    uint8_t held;          /* HELD_* of the budget limits that have held back its next refresh
+                              (each counted once in the stats), cleared when it starts */
 } req_t;
+
+/* req_t.held bits: the limits of the standing budget (rill_scheduler.h, "Standing budget"). */
+#define HELD_INTERVAL 1u
+#define HELD_SHARE    2u
 
 /* One model: its pool (forward, backend), its admission budget, and its step state. Engine
  * thread, except the immutable fields set at creation (name .. tok). */
@@ -274,6 +281,11 @@ struct rill_sched {
     model_t **order; /* [n_models] scratch: the models of a step in the order they run */
     rill_sched_stats_t st;
     cmd_t *finished; /* blocking commands carried out, to be marked done under mu */
+    /* the standing share's decayed sums at sh_t (ns): refresh time S and wall weight W */
+    double sh_s, sh_w;
+    int64_t sh_t;
+    int64_t wake_at; /* set by a step that held a refresh back: when it may start (0: none);
+                        the engine sleeps no longer than that */
 };
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
@@ -367,6 +379,9 @@ bool rill__sched_step(rill_sched_t *sch);
  * question work: its question work whole, INGEST up to max_tokens in all, no STANDING or SPEC
  * (step.c). */
 void rill__sched_limit(model_t *m, int32_t max_tokens);
+
+/* The standing share of engine time at time t (rill_scheduler.h, "Standing budget"). */
+double rill__sched_share(const rill_sched_t *sch, int64_t t);
 
 /* Lets models stuck on an exhausted pool try again (a command may have freed pages). */
 void rill__sched_unstick(rill_sched_t *sch);

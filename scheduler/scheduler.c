@@ -84,7 +84,9 @@ rill_sched_params_t rill_sched_default_params(void) {
                                   .max_delay_ns = 50 * 1000 * 1000,
                                   .overflow_pages = -1,
                                   .max_sessions = 1024,
-                                  .model_steps = RILL_SCHED_EVERY_MODEL };
+                                  .model_steps = RILL_SCHED_EVERY_MODEL,
+                                  .standing_min_interval_ns = 250 * 1000 * 1000,
+                                  .standing_max_share = 0.5 };
 }
 
 rill_sched_session_params_t rill_sched_session_default_params(void) {
@@ -184,11 +186,15 @@ static bool resolve(rill_sched_params_t *p, model_t *models, int32_t n) {
         if (m->step_tokens < 1 || m->step_tokens > m->max_batch || p->min_chunk < 1 ||
             p->min_chunk > m->step_tokens || p->max_delay_ns < 0 || m->overflow < 0 ||
             m->overflow >= m->n_pages || p->max_sessions < 1 ||
-            (unsigned)p->model_steps > (unsigned)RILL_SCHED_TOP_MODEL) {
+            (unsigned)p->model_steps > (unsigned)RILL_SCHED_TOP_MODEL ||
+            p->standing_min_interval_ns < 0 ||
+            !(p->standing_max_share > 0 && p->standing_max_share <= 1)) {
             RILL_LOGE("scheduler: invalid parameters for model %s (step %d of max %d, min_chunk "
-                      "%d, overflow %d of %d pages, max_sessions %d, model_steps %d)",
+                      "%d, overflow %d of %d pages, max_sessions %d, model_steps %d, standing "
+                      "interval %lld ns, standing share %g)",
                       m->name, m->step_tokens, m->max_batch, p->min_chunk, m->overflow, m->n_pages,
-                      p->max_sessions, (int)p->model_steps);
+                      p->max_sessions, (int)p->model_steps, (long long)p->standing_min_interval_ns,
+                      p->standing_max_share);
             return false;
         }
     }
@@ -290,8 +296,15 @@ rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_mod
         }
         rill_forward_set_cancel(rill_session_pool_forward(m->pool), &sch->preempt);
     }
+    sch->sh_t = rill__sched_now(); /* the share's window starts full of idle time */
+    sch->sh_w = (double)RILL_SCHED_SHARE_TAU_NS;
     pthread_mutex_init(&sch->mu, NULL);
-    pthread_cond_init(&sch->wake, NULL);
+    /* the engine's timed waits (the standing budget) are on rill_now_ns's clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&sch->wake, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&sch->done, NULL);
     if (pthread_create(&sch->thread, NULL, rill__sched_engine, sch) != 0) {
         rill_sched_destroy(&sch);

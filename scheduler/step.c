@@ -21,7 +21,18 @@
  * its STANDING and SPEC work waits (rill__sched_limit) - the rules of one model's question step,
  * so the delay bound holds for the step as a whole. A model whose pool is exhausted with
  * nothing to reclaim sits out (stuck) until a command arrives, and the others go on.
+ *
+ * The standing budget ("Standing budget" in the header) is checked where refreshes start: a
+ * stale query inside its interval, or any while the share is at the maximum, stays stale and
+ * the step notes in sch->wake_at when it could start, so an engine with nothing else to do
+ * sleeps until then (engine.c) instead of polling. The share's two decayed sums are brought
+ * forward only at the end of a pass (share_add); between passes rill__sched_share() decays
+ * them to the time asked, so idle time lowers the share without any update. Rejected: a
+ * sliding window of step records (memory per step, and a share that jumps when a long step
+ * leaves the window); counting tokens instead of time (a refresh's decode tokens cost a
+ * whole step's fixed time each).
  */
+#include <math.h>
 #include <stdio.h>
 
 #include "rill_log.h"
@@ -143,11 +154,79 @@ static void add_session_data(rill_sched_t *sch, model_t *m, builder_t *b, rill_s
     }
 }
 
-/* Idle capacity: starts refreshes of m's stale standing queries. */
+#define TAU ((double)RILL_SCHED_SHARE_TAU_NS)
+
+double rill__sched_share(const rill_sched_t *sch, int64_t t) {
+    double dt = t > sch->sh_t ? (double)(t - sch->sh_t) : 0;
+    double d = exp(-dt / TAU);
+    double w = sch->sh_w * d + TAU * (1 - d);
+    return w > 0 ? sch->sh_s * d / w : 0;
+}
+
+/* A pass that ended at t spent standing_ns of its time on refreshes: both sums decay to t,
+ * and the interval since the last update adds its weight, its refresh time spread over it. */
+static void share_add(rill_sched_t *sch, int64_t t, double standing_ns) {
+    double dt = t > sch->sh_t ? (double)(t - sch->sh_t) : 0;
+    double d = exp(-dt / TAU), w = TAU * (1 - d);
+    double frac = dt > 0 ? standing_ns / dt : 0; /* the interval holds the pass: <= 1 */
+    frac = frac < 1 ? frac : 1;
+    sch->sh_s = sch->sh_s * d + frac * w;
+    sch->sh_w = sch->sh_w * d + w;
+    sch->sh_t = t > sch->sh_t ? t : sch->sh_t;
+}
+
+/* When the share, decaying from time t without further refreshes, falls below max. */
+static int64_t share_clears(const rill_sched_t *sch, int64_t t, double max) {
+    double dt = t > sch->sh_t ? (double)(t - sch->sh_t) : 0;
+    double d = exp(-dt / TAU);
+    double S = sch->sh_s * d, W = sch->sh_w * d + TAU * (1 - d);
+    /* S e / (W e + tau (1 - e)) < max  <=>  e < max tau / (S - max W + max tau) */
+    double den = S - max * W + max * TAU;
+    if (S < max * W || den <= 0) {
+        return t;
+    }
+    double e = max * TAU / den;
+    return t + (int64_t)(-TAU * log(e)) + 1000000; /* a millisecond past, not just before */
+}
+
+/* Notes that a held-back refresh may start at t (the engine sleeps no longer). */
+static void wake_by(rill_sched_t *sch, int64_t t) {
+    sch->wake_at = sch->wake_at == 0 || t < sch->wake_at ? t : sch->wake_at;
+}
+
+/* A limit of the standing budget held r back: counted once per refresh and limit. */
+static void held_back(rill_sched_t *sch, req_t *r, uint8_t limit, int64_t until) {
+    if ((r->held & limit) == 0) {
+        r->held |= limit;
+        if (limit == HELD_INTERVAL) {
+            sch->st.standing_deferred_interval++;
+        } else {
+            sch->st.standing_deferred_share++;
+        }
+    }
+    wake_by(sch, until);
+}
+
+/* Idle capacity: starts refreshes of m's stale standing queries, as far as the standing
+ * budget allows. */
 static void start_refreshes(rill_sched_t *sch, const model_t *m) {
+    int64_t now = rill__sched_now();
+    int64_t interval = sch->prm.standing_min_interval_ns;
+    double max = sch->prm.standing_max_share;
+    bool capped = max < 1 && rill__sched_share(sch, now) >= max;
     for (req_t *r = sch->reqs; r != NULL; r = r->next) {
         if (r->sess->m == m && r->kind == REQ_STANDING && r->phase == PH_IDLE && r->stale &&
             m->steps >= r->retry_step && rill_session_pending(r->sess->s) == 0) {
+            if (interval > 0 && r->last_start_ns != 0 && now - r->last_start_ns < interval) {
+                held_back(sch, r, HELD_INTERVAL, r->last_start_ns + interval);
+                continue;
+            }
+            if (capped) {
+                held_back(sch, r, HELD_SHARE, share_clears(sch, now, max));
+                continue;
+            }
+            r->held = 0;
+            r->last_start_ns = now;
             r->stale = false;
             r->target = rill__sched_acknowledged(r->sess);
             r->sess->n_waiting++;
@@ -155,8 +234,8 @@ static void start_refreshes(rill_sched_t *sch, const model_t *m) {
             r->first_ns = 0;
             r->compute_ns = 0;
             r->ttft_compute_ns = 0;
-            r->backlog = 0; /* refreshes start on evaluated data only */
-            r->submit_ns = rill__sched_now();
+            r->backlog = 0;     /* refreshes start on evaluated data only */
+            r->submit_ns = now; /* == last_start_ns: answers show the interval */
             rill__sched_start_fork(sch, r);
         }
     }
@@ -412,12 +491,22 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         if (m->n_items == 0) {
             return PASS_EMPTY;
         }
+        int32_t T = 0, T_standing = 0;
+        for (int32_t i = 0; i < m->n_items; i++) {
+            T += m->items[i].n;
+            T_standing += m->item_class[i] == RILL_SCHED_STANDING ? m->items[i].n : 0;
+        }
         arm_preemption(sch, m->questions);
         int64_t t0 = rill__sched_now();
         rill_err_t err = rill_session_step(m->pool, m->items, m->n_items);
         int64_t t1 = rill__sched_now();
         bool preempted = disarm_preemption(sch);
         *ns += t1 - t0;
+        if (err != RILL_EFULL) { /* engine time spent, evaluated or not */
+            double standing_ns = (double)(t1 - t0) * T_standing / T;
+            sch->st.standing_ns += (int64_t)standing_ns;
+            share_add(sch, t1, standing_ns);
+        }
         if (err == RILL_ECANCELED && preempted) {
             /* nothing changed but pages trimmed and logits invalidated: the tokens stay
              * queued (rill_session_step's forward-error contract) and run again later */
@@ -444,10 +533,6 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         rill_hist_record(&sch->st.step_ns, (uint64_t)(t1 - t0));
         sch->st.steps++;
         m->steps++;
-        int32_t T = 0;
-        for (int32_t i = 0; i < m->n_items; i++) {
-            T += m->items[i].n;
-        }
         if (err != RILL_OK) {
             /* forward errors: fail the requests of the step, keep sessions' data queued */
             const char *why = rill_last_error(err);
@@ -504,6 +589,7 @@ static int32_t plan(rill_sched_t *sch) {
 }
 
 bool rill__sched_step(rill_sched_t *sch) {
+    sch->wake_at = 0;
     int32_t n = plan(sch);
     if (n == 0) {
         /* nothing else to do: refreshes backed off after a reclaim may run now */

@@ -504,7 +504,7 @@ static void do_server_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_
     }
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 22);
+    msgpack_pack_map(&pk, 25);
     srv_pk_kv_int(&pk, "sessions", n_sess);
     srv_pk_kv_int(&pk, "requests", s->requests);
     srv_pk_kv_int(&pk, "bad_requests", s->bad_requests);
@@ -525,6 +525,9 @@ static void do_server_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_
     srv_pk_kv_int(&pk, "questions", st.questions + s->asks_cut);
     srv_pk_kv_int(&pk, "standing_refreshes", st.standing_refreshes);
     srv_pk_kv_int(&pk, "standing_cache_hits", st.standing_cache_hits);
+    srv_pk_kv_int(&pk, "standing_deferred_interval", st.standing_deferred_interval);
+    srv_pk_kv_int(&pk, "standing_deferred_share", st.standing_deferred_share);
+    srv_pk_kv_dbl(&pk, "standing_share", st.standing_share);
     srv_pk_kv_int(&pk, "admission_rejects", st.admission_rejects);
     pack_models(s, &pk);
     srv_reply_send(s, &c->from);

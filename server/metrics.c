@@ -234,6 +234,12 @@ int64_t srv_metrics_render(const srv_metrics_t *m, char *buf, size_t cap) {
            m->standing_abandoned);
     scalar(&o, "rill_standing_cache_hits_total", "counter",
            "Asks answered from a standing query's cache.", m->standing_cache_hits);
+    scalar(&o, "rill_standing_deferred_interval_total", "counter",
+           "Standing-query refreshes held back by the least interval between refreshes.",
+           m->standing_deferred_interval);
+    scalar(&o, "rill_standing_deferred_share_total", "counter",
+           "Standing-query refreshes held back by the most share of engine time.",
+           m->standing_deferred_share);
     scalar(&o, "rill_spec_tokens_computed_total", "counter",
            "Tokens evaluated on speculative branches.", m->spec_tokens_computed);
     scalar(&o, "rill_spec_tokens_kept_total", "counter", "Speculative tokens kept by commits.",
@@ -268,6 +274,8 @@ void srv_cmd_metrics(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     m->standing_refreshes = st->standing_refreshes;
     m->standing_abandoned = st->standing_abandoned;
     m->standing_cache_hits = st->standing_cache_hits;
+    m->standing_deferred_interval = st->standing_deferred_interval;
+    m->standing_deferred_share = st->standing_deferred_share;
     m->spec_tokens_computed = st->spec_tokens_computed;
     m->spec_tokens_kept = st->spec_tokens_kept;
     m->spec_tokens_wasted = st->spec_tokens_wasted;

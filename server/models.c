@@ -155,6 +155,8 @@ int srv_models_start(srv_t *s) {
     }
     rill_sched_params_t sp = rill_sched_default_params();
     sp.max_delay_ns = s->p.max_delay_ms * 1000000;
+    sp.standing_min_interval_ns = s->p.standing_interval_ms * 1000000;
+    sp.standing_max_share = s->p.standing_share;
     sp.max_sessions = s->p.max_sessions;
     err = rill_sched_new_models(ms, s->n_models, &sp, &s->sch);
     if (err != RILL_OK) {

@@ -81,6 +81,12 @@ typedef struct rill_server_params {
     int64_t http_stream_max;     /* bytes an SSE stream may hold for a client that reads slower
                                     than events come (>= 4096); past it the stream is ended and
                                     counted in event_drops. Default 1 MiB */
+
+    /* The standing budget (rill_scheduler.h, "Standing budget"; docs/protocol.md): */
+    int64_t standing_interval_ms; /* least time between a standing query's refresh starts
+                                     (standing_min_interval_ns); 0: none; default 250 */
+    double standing_share;        /* most share of engine time for refreshes, (0, 1]
+                                     (standing_max_share); 1: no cap; default 0.5 */
 } rill_server_params_t;
 
 /* The fixed question format (an answer ends at a blank line or a new "Question:"). */

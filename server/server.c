@@ -41,6 +41,8 @@ rill_server_params_t rill_server_default_params(void) {
                                    .fsync = RILL_SESSION_FSYNC_EVERYSEC,
                                    .ready_file = NULL,
                                    .max_delay_ms = 50,
+                                   .standing_interval_ms = 250,
+                                   .standing_share = 0.5,
                                    .attn = RILL_ATTN_FLASH,
                                    .http_ep = NULL,
                                    .http_tokens = NULL,

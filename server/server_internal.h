@@ -288,6 +288,7 @@ typedef struct srv_metrics {
     int64_t requests[SRV_CMD_LABELS], errors[SRV_CMD_LABELS];
     int64_t event_drops, reply_drops, engine_drops;
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
+    int64_t standing_deferred_interval, standing_deferred_share;
     int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
     int32_t n_models;
     srv_metrics_model_t models[RILL_SERVER_MAX_MODELS];

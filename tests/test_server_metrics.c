@@ -42,6 +42,8 @@ static srv_metrics_t *figures(void) {
     m->standing_refreshes = 21;
     m->standing_abandoned = 22;
     m->standing_cache_hits = 23;
+    m->standing_deferred_interval = 24;
+    m->standing_deferred_share = 25;
     m->spec_tokens_computed = 31;
     m->spec_tokens_kept = 32;
     m->spec_tokens_wasted = 33;
@@ -123,6 +125,8 @@ START_TEST(exact_lines_for_known_figures) {
     CK_LINE(t, "rill_standing_refreshes_total 21");
     CK_LINE(t, "rill_standing_abandoned_total 22");
     CK_LINE(t, "rill_standing_cache_hits_total 23");
+    CK_LINE(t, "rill_standing_deferred_interval_total 24");
+    CK_LINE(t, "rill_standing_deferred_share_total 25");
     CK_LINE(t, "rill_spec_tokens_computed_total 31");
     CK_LINE(t, "rill_spec_tokens_kept_total 32");
     CK_LINE(t, "rill_spec_tokens_wasted_total 33");
@@ -239,7 +243,7 @@ START_TEST(every_family_has_help_and_type) {
         ck_assert_msg(fam[0] != '\0' && strncmp(p, fam, strlen(fam)) == 0,
                       "sample outside its family %s: %.60s", fam, p);
     }
-    ck_assert_int_eq(families, 22);
+    ck_assert_int_eq(families, 24);
     free(t);
     free(m);
 }

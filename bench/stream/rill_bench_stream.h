@@ -15,12 +15,15 @@
  * object per question and mode (mode, session, q, context, bucket, status, ttft_ms, total_ms,
  * engine_ttft_ms, ttft_compute_ms, backlog, answer ids, ...), then one summary object per mode
  * ("summary": true; ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, p99_over_p50, utilization and the
- * engine's figures for "rill"; buckets[] of {le, n, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms}, with
- * over_rill, the median of stateless TTFT over rill TTFT per question, for "stateless").
- * Percentiles are core's histogram's (rill_hist.h): nearest rank, reported as the upper edge of
- * the bucket that holds it, so within 1/32 above the sample (exact for the minimum and the
- * maximum). With --export FILE: the exact stream as JSON, for bench/stream_llama.py.
- * Progress and errors go to stderr.
+ * engine's figures for "rill", among them standing_share (refreshes' engine time over the
+ * stream's wall time), standing_busy_share (over the engine's busy time) and
+ * standing_deferred_interval / standing_deferred_share (refreshes the standing budget held back,
+ * set with --standing-interval-ms and --standing-share); buckets[] of {le, n, ttft_p50_ms,
+ * ttft_p90_ms, ttft_p99_ms}, with over_rill, the median of stateless TTFT over rill TTFT per
+ * question, for "stateless"). Percentiles are core's histogram's (rill_hist.h): nearest rank,
+ * reported as the upper edge of the bucket that holds it, so within 1/32 above the sample (exact
+ * for the minimum and the maximum). With --export FILE: the exact stream as JSON, for
+ * bench/stream_llama.py. Progress and errors go to stderr.
  *
  * Accuracy (issue 23). Every answer is checked against its session's market truth
  * (ingest/rill_market_truth.h) at the chunks it was computed on (rill: the whole chunks within

@@ -75,6 +75,7 @@ typedef struct opts {
     local_opts_t lo;
     int64_t sessions, every, answer, context, seed, stateless;
     double rate, duration, max_delay_ms;
+    double standing_interval_ms, standing_share; /* the standing budget (rill_sched_params_t) */
     bool no_standing, no_prompt, export_only;
     bool no_chat, no_stop;           /* the fixed question form; decode every --answer token */
     rill_market_instruct_t instruct; /* where the answer rules go (rill_market_prompt.h) */

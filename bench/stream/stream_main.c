@@ -115,6 +115,11 @@ int rill_bench_stream_main(int argc, char **argv) {
     o->stateless = 2;
     o->max_delay_ms = 50;
     const char *instruct = rill_market_instruct_name(RILL_MARKET_INSTRUCT_DEFAULT);
+    {
+        rill_sched_params_t d = rill_sched_default_params();
+        o->standing_interval_ms = (double)d.standing_min_interval_ns / 1e6;
+        o->standing_share = d.standing_max_share;
+    }
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_STRING, &o->lo.model_path, "GGUF model file (default: SmolLM2-135M)",
           0, -1 },
@@ -140,6 +145,13 @@ int rill_bench_stream_main(int argc, char **argv) {
         { "max-delay-ms", NULL, CLI_FLOAT, &o->max_delay_ms,
           "scheduler step cap in ms of work (rill_sched_params_t.max_delay_ns; 0 = none)", 0,
           10000 },
+        { "standing-interval-ms", NULL, CLI_FLOAT, &o->standing_interval_ms,
+          "least time between a standing query's refresh starts (rill_sched_params_t."
+          "standing_min_interval_ns; 0 = none)",
+          0, 1e6 },
+        { "standing-share", NULL, CLI_FLOAT, &o->standing_share,
+          "most share of engine time for standing refreshes (standing_max_share; 1 = no cap)",
+          0.001, 1 },
         { "no-standing", NULL, CLI_FLAG, &o->no_standing,
           "no standing query (default: one per session)", 0, -1 },
         { "standing-answer", NULL, CLI_INT, &o->standing_answer,

@@ -260,17 +260,18 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
             "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"f16\","
-            "\"standing\":%s,\"max_delay_ms\":%g,\"questions\":%lld,\"failed\":%lld,"
+            "\"standing\":%s,\"max_delay_ms\":%g,\"standing_interval_ms\":%g,"
+            "\"standing_max_share\":%g,\"questions\":%lld,\"failed\":%lld,"
             "\"prompt\":\"%s\",\"instruct\":\"%s\",\"stop\":%s,\"standing_answer\":%lld",
             mode, rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate,
             (long long)b->o.every, (long long)b->o.answer, (long long)b->o.context,
             rill_backend_n_threads(b->l.be), rill_backend_name(b->l.be),
             rill_attn_name(rill_backend_attn(b->l.be)), (long long)b->o.seed,
             b->o.no_standing ? "false" : "true",
-            strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, (long long)sm->n,
-            (long long)sm->failed, b->chat != NULL ? "chat" : "plain",
-            rill_market_instruct_name(b->o.instruct), b->o.no_stop ? "false" : "true",
-            (long long)b->o.standing_answer);
+            strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, b->o.standing_interval_ms,
+            b->o.standing_share, (long long)sm->n, (long long)sm->failed,
+            b->chat != NULL ? "chat" : "plain", rill_market_instruct_name(b->o.instruct),
+            b->o.no_stop ? "false" : "true", (long long)b->o.standing_answer);
     json_num(f, "ttft_p50_ms", sm->p50);
     json_num(f, "ttft_p90_ms", sm->p90);
     json_num(f, "ttft_p99_ms", sm->p99);
@@ -410,6 +411,13 @@ int rill__stream_report(bench_t *b) {
     double busy = (double)(b->s1.busy_ns - b->s0.busy_ns);
     double idle = (double)(b->s1.idle_ns - b->s0.idle_ns);
     double util = busy + idle > 0 ? busy / (busy + idle) : NAN;
+    /* the standing budget: the refreshes' engine time over the stream's wall time and over
+     * the engine's busy time, and the refreshes each limit held back */
+    double st_ns = (double)(b->s1.standing_ns - b->s0.standing_ns);
+    double st_share = b->stream_ns > 0 ? st_ns / (double)b->stream_ns : NAN;
+    double st_busy = busy > 0 ? st_ns / busy : NAN;
+    int64_t held_iv = b->s1.standing_deferred_interval - b->s0.standing_deferred_interval;
+    int64_t held_sh = b->s1.standing_deferred_share - b->s0.standing_deferred_share;
     int64_t refreshes = 0, abandoned = 0;
     for (int32_t s = 0; s < (int32_t)b->o.sessions && !b->o.no_standing; s++) {
         refreshes += b->sinfo[s].refreshes;
@@ -474,8 +482,12 @@ int rill__stream_report(bench_t *b) {
     }
     if (!b->o.no_standing) {
         printf("standing queries: answer age at the questions p50 %.0f ms, p99 %.0f ms; %lld "
-               "refreshes, %lld abandoned\n",
-               age50, age99, (long long)refreshes, (long long)abandoned);
+               "refreshes, %lld abandoned; refreshes took %.1f%% of the stream's wall time "
+               "(%.1f%% of the engine's busy time); budget: interval %g ms held back %lld, share "
+               "cap %g held back %lld\n",
+               age50, age99, (long long)refreshes, (long long)abandoned, 100 * st_share,
+               100 * st_busy, b->o.standing_interval_ms, (long long)held_iv, b->o.standing_share,
+               (long long)held_sh);
     }
     if (mismatch > 0) {
         printf("%lld questions were answered on more context than was acknowledged when they "
@@ -548,6 +560,10 @@ int rill__stream_report(bench_t *b) {
                                           "standing_age_p99_ms",
                                           "standing_refreshes",
                                           "standing_abandoned",
+                                          "standing_share",
+                                          "standing_busy_share",
+                                          "standing_deferred_interval",
+                                          "standing_deferred_share",
                                           "ingest_ack_p50_ms",
                                           "ingest_ack_p99_ms",
                                           "feed_late_max_ms",
@@ -578,6 +594,10 @@ int rill__stream_report(bench_t *b) {
                         b->o.no_standing ? NAN : age99,
                         (double)refreshes,
                         (double)abandoned,
+                        b->o.no_standing ? NAN : st_share,
+                        b->o.no_standing ? NAN : st_busy,
+                        (double)held_iv,
+                        (double)held_sh,
                         ack50,
                         ack99,
                         late_max,

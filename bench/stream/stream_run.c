@@ -210,6 +210,8 @@ int rill__stream_run_rill(bench_t *b) {
     rill_sched_params_t sp = rill_sched_default_params();
     sp.overflow_pages = b->overflow;
     sp.max_delay_ns = (int64_t)(b->o.max_delay_ms * 1e6);
+    sp.standing_min_interval_ns = (int64_t)(b->o.standing_interval_ms * 1e6);
+    sp.standing_max_share = b->o.standing_share;
     rill_err_t err = rill_sched_new(b->pool, &sp, &b->sch);
     if (err != RILL_OK) {
         return sched_error("scheduler", err);
