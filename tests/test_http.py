@@ -556,9 +556,26 @@ def t_hostile():
                           (b'{"text": "x", "extra": {"deep": 1}}', "EINVAL")]:
             st, e = error_of(d, "POST", "/v1/sessions/h/ingest", raw=raw)
             assert st == 400 and e["code"] == code, (raw[:40], st, e)
-        st, j, _ = call(d, "POST", "/v1/sessions/h/ingest", raw=b'{"text": "ok"}',
-                        headers={"X-Big": "y" * 100000})
-        assert st in (413, 431), st
+        # 100 KB of headers: refused. libmicrohttpd answers and closes while the client may still
+        # be sending, so the client sees the status or, on a loaded machine, a reset
+        port = int(d.http.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+            req = (b"POST /v1/sessions/h/ingest HTTP/1.1\r\nHost: x\r\nX-Big: " + b"y" * 100000 +
+                   b"\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n"
+                   b'{"text": "ok"}')
+            got = b""
+            try:
+                s.sendall(req)
+                while b"\r\n" not in got:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            status = got.split(b"\r\n", 1)[0]
+            print("  big headers ->", status or "reset")
+            assert status == b"" or status.split()[1] in (b"413", b"431"), status
         assert ok(d, "GET", "/v1/sessions/h") == before
         # a thousand idle connections, then a request still works
         idle = []
