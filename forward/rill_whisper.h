@@ -140,11 +140,11 @@ rill_err_t rill_whisper_kv_cache_new(rill_whisper_t *w, rill_dtype_t dtype, int3
  * caller-owned); n_out may be 0. Bits: a token's logits do not depend on the other sequences of
  * the batch, but, as the backend's matmul kernel does, on whether the batch has one token or
  * more, and on whether its row is projected alone or with others (rows go through the output
- * matmul max_logits at a time: a last group of one row takes the one-token kernel). Errors: RILL_EINVAL (NULL, a cache or window of another
- * rill_whisper_t, a window not encoded, a token outside the vocabulary, a position >=
- * n_text_ctx, an out_rows entry outside the batch, what rill_backend_set_batch or an op
- * rejects), RILL_ERANGE (n_tok > max_batch). On error the cache may hold partial writes at the
- * batch's slots only. Blocks until done. */
+ * matmul max_logits at a time: a last group of one row takes the one-token kernel). Errors:
+ * RILL_EINVAL (NULL, a cache or window of another rill_whisper_t, a window not encoded, a token
+ * outside the vocabulary, a position >= n_text_ctx, an out_rows entry outside the batch, what
+ * rill_backend_set_batch or an op rejects), RILL_ERANGE (n_tok > max_batch). On error the cache may
+ * hold partial writes at the batch's slots only. Blocks until done. */
 rill_err_t rill_whisper_decode(rill_whisper_t *w, rill_kv_cache_t *kv, const rill_batch_t *batch,
                                const int32_t *tokens, const rill_whisper_window_t *const *windows,
                                const int32_t *out_rows, int32_t n_out, float *logits_host);
@@ -155,8 +155,8 @@ rill_err_t rill_whisper_decode(rill_whisper_t *w, rill_kv_cache_t *kv, const ril
  * language, transcribe, no_timestamps for a multilingual model; sot, no_timestamps for an
  * English-only one (its sot sequence has no language or task token). language: a code of the
  * model's whisper.lang_codes ("en", "de", ...); NULL means "en" for a multilingual model; an
- * English-only one takes NULL or "en". Returns the count (4 or 2). Errors: RILL_EINVAL (NULL w or out),
- * RILL_ENOTFOUND (a language the model lacks; English-only models: any but "en"), RILL_EFULL
+ * English-only one takes NULL or "en". Returns the count (4 or 2). Errors: RILL_EINVAL (NULL w or
+ * out), RILL_ENOTFOUND (a language the model lacks; English-only models: any but "en"), RILL_EFULL
  * (cap too small). */
 int64_t rill_whisper_prompt(const rill_whisper_t *w, const char *language, int32_t *out,
                             int32_t cap);
@@ -190,6 +190,12 @@ typedef struct rill_whisper_transcript {
 rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *win,
                                const rill_whisper_greedy_params_t *params,
                                rill_whisper_transcript_t *out);
+
+/* One greedy step's choice, rill_whisper_greedy()'s rule for callers that decode themselves (the
+ * streaming recognizer): sets the suppressed tokens of logits[0, n_vocab) to -inf in place (first:
+ * the first generated token, which also suppresses begin_suppress_tokens) and returns the arg-max
+ * (lowest id on ties). hp from rill_whisper_hparams(). Never fails for valid arguments. */
+int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first);
 
 /* Frees a transcript's arrays and zeroes it. NULL-safe. */
 void rill_whisper_transcript_deinit(rill_whisper_transcript_t *t);

@@ -16,7 +16,8 @@
  *           ^-- ggml_internal.h  llama.cpp's arithmetic, lane by lane (ggml_ref.c): the leaf
  *                 ^-- encdec_internal.h  the encoder-decoder ops' arithmetic (encdec_ref.c)
  *                       ^-- backend_internal.h  this file: handle, ops table, registry rows
- *                             ^-- cpu_internal.h  the fast CPU backend's kernel tables (+ rill_pool.h)
+ *                             ^-- cpu_internal.h  the fast CPU backend's kernel tables (+
+ * rill_pool.h)
  *
  *   .c file         includes                     calls into
  *   ggml_ref.c      ggml_internal.h              quant.c (f16/bf16 conversions, dequantizers)

@@ -1,6 +1,7 @@
 /*
- * model_whisper.c - binding a whisper GGUF (tools/whisper_to_gguf.py's layout, docs/whisper_gguf.md):
- * hyper-parameters, special tokens, token lists and every tensor, checked for shape and type.
+ * model_whisper.c - binding a whisper GGUF (tools/whisper_to_gguf.py's layout,
+ * docs/whisper_gguf.md): hyper-parameters, special tokens, token lists and every tensor, checked
+ * for shape and type.
  *
  * Design. The same discipline as the llama loader (model.c): every key read with its range
  * checked, relations checked before any table is sized by them (the layer counts against the
