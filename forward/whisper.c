@@ -749,8 +749,7 @@ static float prob_of(const float *logits, int64_t V, int32_t id) {
     return (float)(exp((double)logits[id] - m) / sum);
 }
 
-static int32_t greedy_pick(const rill_whisper_t *w, float *logits, bool first) {
-    const rill_whisper_hparams_t *hp = &w->hp;
+int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first) {
     for (int32_t i = 0; i < hp->n_suppress; i++) {
         logits[hp->suppress[i]] = -INFINITY;
     }
@@ -820,7 +819,7 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
             t.hit_limit = true;
             break;
         }
-        const int32_t next = greedy_pick(w, last, t.n_tokens == 0);
+        const int32_t next = rill_whisper_pick(&w->hp, last, t.n_tokens == 0);
         if (next == hp->tok_eot) {
             break;
         }

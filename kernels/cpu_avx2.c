@@ -44,6 +44,8 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "avx2_expf.h"
+
 #define AVX2          __attribute__((target("avx2,fma,f16c")))
 #define ROUND_NEAREST (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 #define INLINE        static inline __attribute__((always_inline))
@@ -140,41 +142,6 @@ INLINE AVX2 __m256i k4_scales_mins(const uint8_t *scales) {
     u[2] = uaux;
     u[0] &= kmask1;
     return _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
-}
-
-/* ggml_v_expf, the AVX2 build's exp (vec.h), operation for operation: rill__ggml_expf is its
- * lane. Inputs of -inf give exactly 0 (softmax's masked slots), NaN stays NaN. */
-INLINE AVX2 __m256 ggml_expf8(__m256 x) {
-    const __m256 r = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-    const __m256 n = _mm256_sub_ps(z, r);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-    const __m256 k =
-        _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
-    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-    const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126), _CMP_GT_OQ);
-    const __m256 u = _mm256_mul_ps(b, b);
-    const __m256 j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(
-            _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-            _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-    if (!_mm256_movemask_ps(c)) {
-        return _mm256_fmadd_ps(j, k, k);
-    }
-    const __m256i g =
-        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-                         _mm256_set1_epi32((int)0x82000000u));
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-    const __m256 d = _mm256_cmp_ps(an, _mm256_set1_ps(192), _CMP_GT_OQ);
-    return _mm256_or_ps(
-        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
-        _mm256_andnot_ps(
-            d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
-                            _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
 }
 
 #define ACT(T, as, act, t, i) ((const T *)((const char *)(act) + (size_t)(t) * (as)) + (i))
@@ -1000,7 +967,7 @@ static AVX2 void swiglu(float *y, const float *g, const float *u, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m256 gv = _mm256_loadu_ps(g + i);
-        const __m256 e = ggml_expf8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+        const __m256 e = rill__avx2_expf8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
         const __m256 silu = _mm256_div_ps(gv, _mm256_add_ps(one, e));
         _mm256_storeu_ps(y + i, _mm256_mul_ps(silu, _mm256_loadu_ps(u + i)));
     }
@@ -1036,8 +1003,8 @@ static AVX2 void to_f16(uint16_t *dst, const float *src, int64_t n) {
  *   1. scores: per K row and head, ggml_vec_dot_f32's four accumulators, then the final two-hadd
  *      reductions of 8 rows at once (transposed, same additions); scaled, +0, masked, stored in
  *      the thread's scratch row of that head, and the running max;
- *   2. softmax: ggml_expf8 of (w - max) 8 slots at a time, each chunk's sum added to a double,
- *      then every weight times (float)(1 / sum) (rounded to f16 for an F16 pool);
+ *   2. softmax: rill__avx2_expf8 of (w - max) 8 slots at a time, each chunk's sum added to a
+ * double, then every weight times (float)(1 / sum) (rounded to f16 for an F16 pool);
  *   3. the weighted sum of V, 8 dims at a time with one accumulator per slot lane in registers:
  *      lane j % 8 for a batch of 2+ tokens (tinyBLAS), lane j % 32 in four groups for one token
  *      (ggml_vec_dot_f32), then llama.cpp's horizontal sums, done across dims with vector adds.
@@ -1345,7 +1312,7 @@ static AVX2 void attention_run(const rill__attn_task_t *a, int32_t t0, int32_t n
         const __m256 max = _mm256_set1_ps(_mm_cvtss_f32(m4));
         double sum = 0.0;
         for (int32_t j0 = 0; j0 < end; j0 += 8) {
-            const __m256 e = ggml_expf8(_mm256_sub_ps(_mm256_load_ps(row + j0), max));
+            const __m256 e = rill__avx2_expf8(_mm256_sub_ps(_mm256_load_ps(row + j0), max));
             _mm256_store_ps(row + j0, e);
             sum += (double)hsum8(e);
         }
@@ -1416,9 +1383,9 @@ static AVX2 void attention(const rill__attn_task_t *a) {
  * the run's queries; then
  *   1. per query: the scores of 8 rows at a time with the exact kernel's scores8 and tail (the
  *      same dot, so the same bits; for head_dim 64 with q held in registers), times the scale;
- *      the block max over the query's valid slots; when the max grows, c = ggml_expf8 of one
+ *      the block max over the query's valid slots; when the max grows, c = rill__avx2_expf8 of one
  *      broadcast value (its lane is rill__ggml_expf) and S = S * c; the weights
- *      ggml_expf8(s - m), 8 slots at a time;
+ *      rill__avx2_expf8(s - m), 8 slots at a time;
  *   2. S summed one weight at a time in slot order, as the reference does (a horizontal sum
  *      would round differently): a chain of dependent additions per query, so four queries'
  *      chains run interleaved;
@@ -1617,14 +1584,14 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
             const float bm = _mm_cvtss_f32(m4);
             st->rescale = bm > st->m;
             if (st->rescale) {
-                st->c = _mm256_cvtss_f32(ggml_expf8(_mm256_set1_ps(st->m - bm)));
+                st->c = _mm256_cvtss_f32(rill__avx2_expf8(_mm256_set1_ps(st->m - bm)));
                 st->S *= st->c;
                 st->m = bm;
             }
             const __m256 mv = _mm256_set1_ps(st->m);
             for (int32_t c8 = 0; 8 * c8 < n; c8++) {
                 _mm256_store_ps(p + 8 * c8,
-                                ggml_expf8(_mm256_sub_ps(_mm256_load_ps(p + 8 * c8), mv)));
+                                rill__avx2_expf8(_mm256_sub_ps(_mm256_load_ps(p + 8 * c8), mv)));
             }
         }
         /* 2. S += the weights in slot order, as the reference: one dependent chain per query,

@@ -22,8 +22,8 @@
  * 1500, D 64, one thread): 2.2 s per window before these two changes, 1.6 s after.
  *
  * Build: functions carry target("avx2,fma") so the file compiles with baseline flags; the
- * backend calls them only after rill__cpu_has_avx2(). The vector exp is the same code as
- * cpu_avx2.c's ggml_expf8, kept as a private copy so this file depends on no other kernel file.
+ * backend calls them only after rill__cpu_has_avx2(). The vector exp is cpu_avx2.c's
+ * (avx2_expf.h, one definition for both files).
  */
 #include <math.h>
 #include <string.h>
@@ -34,45 +34,13 @@
 
 #include <immintrin.h>
 
+#include "avx2_expf.h"
+
 #define AVX2   __attribute__((target("avx2,fma")))
 #define INLINE static inline __attribute__((always_inline))
 /* Loops over the eight keys (or eight V chunks) must be fully unrolled so that their
  * accumulators live in registers (GCC -O2 keeps an array of them on the stack otherwise). */
 #define UNROLL8 _Pragma("GCC unroll 8")
-
-/* ggml_v_expf (AVX2), operation for operation; its lane is rill__ggml_expf. */
-INLINE AVX2 __m256 expf8(__m256 x) {
-    const __m256 r = _mm256_set1_ps(0x1.8p23f);
-    const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
-    const __m256 n = _mm256_sub_ps(z, r);
-    const __m256 b = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e4p-1f), x));
-    const __m256i e = _mm256_slli_epi32(_mm256_castps_si256(z), 23);
-    const __m256 k =
-        _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_castps_si256(_mm256_set1_ps(1))));
-    const __m256 an = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), n);
-    const __m256 c = _mm256_cmp_ps(an, _mm256_set1_ps(126), _CMP_GT_OQ);
-    const __m256 u = _mm256_mul_ps(b, b);
-    const __m256 j = _mm256_fmadd_ps(
-        _mm256_fmadd_ps(
-            _mm256_fmadd_ps(_mm256_set1_ps(0x1.0e4020p-7f), b, _mm256_set1_ps(0x1.573e2ep-5f)), u,
-            _mm256_fmadd_ps(_mm256_set1_ps(0x1.555e66p-3f), b, _mm256_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm256_mul_ps(_mm256_set1_ps(0x1.ffffecp-1f), b));
-    if (!_mm256_movemask_ps(c)) {
-        return _mm256_fmadd_ps(j, k, k);
-    }
-    const __m256i g =
-        _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(n, _mm256_setzero_ps(), _CMP_LE_OQ)),
-                         _mm256_set1_epi32((int)0x82000000u));
-    const __m256 s1 = _mm256_castsi256_ps(_mm256_add_epi32(g, _mm256_set1_epi32(0x7f000000)));
-    const __m256 s2 = _mm256_castsi256_ps(_mm256_sub_epi32(e, g));
-    const __m256 d = _mm256_cmp_ps(an, _mm256_set1_ps(192), _CMP_GT_OQ);
-    return _mm256_or_ps(
-        _mm256_and_ps(d, _mm256_mul_ps(s1, s1)),
-        _mm256_andnot_ps(
-            d, _mm256_or_ps(_mm256_and_ps(c, _mm256_mul_ps(_mm256_fmadd_ps(s2, j, s2), s1)),
-                            _mm256_andnot_ps(c, _mm256_fmadd_ps(k, j, k)))));
-}
 
 /* rill__hsum_a of the 8 lanes: (t0 + t2) + (t1 + t3), t_i = x_i + x_{i+4}. */
 INLINE AVX2 float hsum_a(__m256 x) {
@@ -209,7 +177,8 @@ AVX2 void rill__attention_dense_rows_avx2(float *out, const float *q, const floa
             const __m256 mv = _mm256_set1_ps(m);
             int64_t j = 0;
             for (; j + 8 <= n_kv; j += 8) {
-                _mm256_storeu_ps(sc + j, expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv)));
+                _mm256_storeu_ps(sc + j,
+                                 rill__avx2_expf8(_mm256_sub_ps(_mm256_loadu_ps(sc + j), mv)));
             }
             for (; j < n_kv; j++) {
                 sc[j] = rill__ggml_expf(sc[j] - m);

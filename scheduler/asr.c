@@ -309,30 +309,6 @@ static double logprob_of(const float *logits, int64_t V, int32_t id) {
     return (double)logits[id] - m - log(sum);
 }
 
-/* rill_whisper_greedy()'s suppression, then the arg-max (lowest id on ties). */
-static int32_t pick(const rill_whisper_hparams_t *hp, float *logits, bool first) {
-    for (int32_t i = 0; i < hp->n_suppress; i++) {
-        logits[hp->suppress[i]] = -INFINITY;
-    }
-    const int32_t always[] = { hp->tok_transcribe, hp->tok_translate, hp->tok_sot, hp->tok_prev,
-                               hp->tok_no_speech };
-    for (size_t i = 0; i < sizeof always / sizeof always[0]; i++) {
-        logits[always[i]] = -INFINITY;
-    }
-    if (first) {
-        for (int32_t i = 0; i < hp->n_begin_suppress; i++) {
-            logits[hp->begin_suppress[i]] = -INFINITY;
-        }
-    }
-    int32_t best = 0;
-    for (int32_t i = 1; i < hp->n_vocab; i++) {
-        if (logits[i] > logits[best]) {
-            best = i;
-        }
-    }
-    return best;
-}
-
 typedef struct hyp {
     int32_t n_gen;
     float no_speech;
@@ -407,7 +383,7 @@ static rill_err_t decode_window(rill_asr_t *a, hyp_t *h) {
     int32_t n_gen = 0;
     h->hit_limit = false;
     for (;;) {
-        const int32_t next = pick(hp, last, n_gen == 0);
+        const int32_t next = rill_whisper_pick(hp, last, n_gen == 0);
         sum_lp += logprob_of(last, V, next);
         if (next == hp->tok_eot) {
             break;
