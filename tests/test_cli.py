@@ -411,6 +411,54 @@ def bench_stream_stop_rule(m):
     assert p.returncode == 2 and "--instruct" in p.stderr, p
 
 
+def bench_stream_consistency(m):
+    """--consistency both (issue 18 item 3): the rill mode's questions split between waiting for
+    everything acknowledged and answering on what the engine has evaluated, each kind asked both
+    ways (the export and the lines agree on which); an acknowledged answer saw every chunk before
+    its question, an evaluated one may not; the summary's by_consistency figures are those of
+    its lines (counts, TTFT percentiles, chunks behind, accuracy). A bad name is a usage error."""
+    with tempfile.TemporaryDirectory() as d:
+        js, ex = os.path.join(d, "c.jsonl"), os.path.join(d, "c.export.json")
+        out = run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "4", "--rate",
+                  "200", "--every", "2", "--context", "128", "--answer", "4", "--stateless", "0",
+                  "-t", "1", "--no-stop", "--consistency", "both", "--json", js,
+                  "--export", ex).stdout
+        rows = [json.loads(line) for line in open(js)]
+        exp = json.load(open(ex))
+    assert re.search(r"^consistency acknowledged: \d+ questions", out, re.M), out
+    assert re.search(r"^consistency evaluated: \d+ questions", out, re.M), out
+    sr = next(r for r in rows if r.get("summary") and r["mode"] == "rill")
+    assert sr["consistency"] == "both", sr
+    lines = [r for r in rows if not r.get("summary") and r["mode"] == "rill"]
+    want = {(s["session"], q["q"]): q["consistency"] for s in exp["streams"]
+            for q in s["questions"]}
+    after = {(s["session"], q["q"]): q["after"] for s in exp["streams"] for q in s["questions"]}
+    assert {(r["session"], r["q"]): r["consistency"] for r in lines} == want, (lines, want)
+    for c in ("acknowledged", "evaluated"):
+        mine = [r for r in lines if r["consistency"] == c]
+        assert mine, (c, lines)
+        bc = sr["by_consistency"][c]
+        assert bc["questions"] == len(mine) and bc["failed"] == 0, (c, bc)
+        t = [r["ttft_ms"] for r in mine]
+        for q, key in ((0.5, "ttft_p50_ms"), (0.99, "ttft_p99_ms")):
+            assert hist_close(bc[key], hist_rank_pct(t, q)), (c, key, bc[key], t)
+        behind = [max(0, after[(r["session"], r["q"])] - r["chunks_seen"]) for r in mine]
+        assert bc["behind_any"] == sum(b > 0 for b in behind), (c, bc, behind)
+        assert hist_close(bc["behind_p50"], hist_rank_pct(behind, 0.5)), (c, bc, behind)
+        if c == "acknowledged":
+            assert all(b == 0 for b in behind), (mine, behind)
+        scored = [r for r in mine if r["correct"] is not None]
+        assert bc["scored"] == len(scored), (c, bc)
+        assert bc["correct"] == sum(r["correct"] is True for r in scored), (c, bc)
+    # both halves hold more than one kind: the split does not follow the kind
+    kinds = {c: {r["kind"] for r in lines if r["consistency"] == c}
+             for c in ("acknowledged", "evaluated")}
+    assert len(kinds["acknowledged"]) > 1 and len(kinds["evaluated"]) > 1, kinds
+    p = subprocess.run([RILL, "bench", "stream", "--model", m, "--consistency", "eventual"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--consistency" in p.stderr, p
+
+
 def t_bench_stream():
     """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
     parse (one per question and mode, a summary per mode), and the export holds the stream."""
@@ -475,6 +523,9 @@ def t_bench_stream():
     assert all(t.startswith("<|im_start|>user\n") and t.endswith("<|im_start|>assistant\n") and
                " Reply with " not in t for t in exp["question_texts"]), exp["question_texts"]
     bench_stream_stop_rule(m)
+    bench_stream_consistency(m)
+    assert summ["rill"]["consistency"] == "acknowledged", summ["rill"]  # the default
+    assert all(r["consistency"] == "acknowledged" for r in rill), rill
     # Deterministic: the same options give the same stream.
     with tempfile.TemporaryDirectory() as d:
         ex2 = os.path.join(d, "again.json")

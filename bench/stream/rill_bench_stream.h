@@ -22,7 +22,13 @@
  * ttft_p90_ms, ttft_p99_ms}, with over_rill, the median of stateless TTFT over rill TTFT per
  * question, for "stateless"). Percentiles are core's histogram's (rill_hist.h): nearest rank,
  * reported as the upper edge of the bucket that holds it, so within 1/32 above the sample (exact
- * for the minimum and the maximum). With --export FILE: the exact stream as JSON, for
+ * for the minimum and the maximum). Consistency (issue 18 item 3, --consistency acknowledged,
+ * evaluated or both; stream_internal.h): each rill question line says which it waited for
+ * ("consistency") beside the data version it saw; the rill summary says the run's
+ * ("consistency": one of the three) and, for both, "by_consistency" {acknowledged, evaluated}
+ * of {questions, failed, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, behind_p50, behind_p99,
+ * behind_any (chunks acknowledged before the question that its answer did not see), scored,
+ * correct, accuracy}; stdout gets a line per consistency. With --export FILE: the exact stream as JSON, for
  * bench/stream_llama.py. Progress and errors go to stderr.
  *
  * Accuracy (issue 23). Every answer is checked against its session's market truth

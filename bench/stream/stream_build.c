@@ -210,6 +210,9 @@ static int build_session(bench_t *b, int32_t s, rill_tokenizer_work_t *work) {
             q->session = s;
             q->index = ss->n_q++;
             q->kind = (s + q->index) % N_QUESTIONS;
+            q->consistency = !b->o.consistency_both                  ? b->o.consistency
+                             : ((s + q->index) / N_QUESTIONS + s) % 2 == 0 ? RILL_SCHED_ACKNOWLEDGED
+                                                                     : RILL_SCHED_EVALUATED;
             q->after = (int32_t)ss->n_chunks;
             q->context = context;
             q->t_ns = t_ns;
@@ -372,8 +375,11 @@ int rill__stream_export(const bench_t *b, const char *path) {
         fprintf(f, "],\n\"questions\":[");
         for (int32_t j = 0; j < ss->n_q; j++) {
             const question_t *q = &b->qs[ss->q_first + j];
-            fprintf(f, "%s\n{\"q\":%d,\"kind\":%d,\"t_ns\":%lld,\"after\":%d,\"context\":%d}",
-                    j ? "," : "", q->index, q->kind, (long long)q->t_ns, q->after, q->context);
+            fprintf(f,
+                    "%s\n{\"q\":%d,\"kind\":%d,\"t_ns\":%lld,\"after\":%d,\"context\":%d,"
+                    "\"consistency\":\"%s\"}",
+                    j ? "," : "", q->index, q->kind, (long long)q->t_ns, q->after, q->context,
+                    rill_sched_consistency_name(q->consistency));
         }
         fprintf(f, "]}");
     }

@@ -29,6 +29,15 @@
  *              prefilled from nothing (a new scheduler on the now empty pool, without the step
  *              cap: 512-token steps, the engine otherwise idle - the best case for this mode).
  *              --stateless questions per context bucket, those with the largest contexts.
+ * Consistency (issue 18 item 3): rill-mode questions wait for everything acknowledged before
+ * them (--consistency acknowledged, the default: the chunk that came with the question is part
+ * of its answer) or answer on what the engine has evaluated (evaluated: no wait for the backlog;
+ * the answer says which data version it saw, and is scored against that). --consistency both
+ * splits the same run's questions between the two: question j of session s waits as
+ * ((s + j) / 6 + s) % 2 says (0 acknowledged; the kind is (s + j) % 6): neighbouring sessions
+ * start on different sides and each flips every round of six questions, so every kind is asked
+ * both ways, short runs are split too, and both halves share the stream, the load and the
+ * machine.
  * TTFT is measured the same way in both: from arrival (rill) or submission (stateless) to the
  * on_token callback of the first answer token; total to on_done. Per question the engine also
  * reports the backlog of its session it waited for and the time of its own steps
@@ -77,9 +86,11 @@ typedef struct opts {
     double rate, duration, max_delay_ms;
     double standing_interval_ms, standing_share; /* the standing budget (rill_sched_params_t) */
     bool no_standing, no_prompt, export_only;
-    bool no_chat, no_stop;           /* the fixed question form; decode every --answer token */
-    rill_market_instruct_t instruct; /* where the answer rules go (rill_market_prompt.h) */
-    int64_t standing_answer;         /* the standing query's answer limit in tokens */
+    bool no_chat, no_stop;                /* the fixed question form; decode every --answer token */
+    rill_market_instruct_t instruct;      /* where the answer rules go (rill_market_prompt.h) */
+    int64_t standing_answer;              /* the standing query's answer limit in tokens */
+    rill_sched_consistency_t consistency; /* what rill-mode questions wait for (--consistency) */
+    bool consistency_both;                /* --consistency both: half the questions each */
     const char *json_path, *export_path;
 } opts_t;
 
@@ -121,11 +132,12 @@ typedef struct result {
 
 typedef struct question {
     int32_t session, index, kind;
-    int32_t after;   /* chunks of its session before it */
-    int32_t context; /* tokens before it: prompt + those chunks */
-    int32_t bucket;  /* index into bench.buckets */
-    int64_t t_ns;    /* due, from the stream's start */
-    bool sampled;    /* also asked statelessly */
+    int32_t after;                        /* chunks of its session before it */
+    int32_t context;                      /* tokens before it: prompt + those chunks */
+    int32_t bucket;                       /* index into bench.buckets */
+    int64_t t_ns;                         /* due, from the stream's start */
+    bool sampled;                         /* also asked statelessly */
+    rill_sched_consistency_t consistency; /* rill mode: what it waits for (see the top) */
     result_t rill, stateless;
 } question_t;
 

@@ -6,6 +6,7 @@
  * request; then build, export, run, report, free.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 #include "rill_alloc.h"
@@ -115,6 +116,7 @@ int rill_bench_stream_main(int argc, char **argv) {
     o->stateless = 2;
     o->max_delay_ms = 50;
     const char *instruct = rill_market_instruct_name(RILL_MARKET_INSTRUCT_DEFAULT);
+    const char *consistency = rill_sched_consistency_name(RILL_SCHED_ACKNOWLEDGED);
     {
         rill_sched_params_t d = rill_sched_default_params();
         o->standing_interval_ms = (double)d.standing_min_interval_ns / 1e6;
@@ -162,6 +164,10 @@ int rill_bench_stream_main(int argc, char **argv) {
           "where the answer rules go: none, system (the system prompt), question (after each "
           "question) or both (docs/market_prompts.md)",
           0, -1 },
+        { "consistency", NULL, CLI_STRING, &consistency,
+          "what a question waits for: acknowledged (every chunk before it), evaluated (answer on "
+          "what the engine has evaluated) or both (half the questions each, side by side)",
+          0, -1 },
         { "no-chat", NULL, CLI_FLAG, &o->no_chat,
           "the fixed \"Question: ... Answer:\" form even when the model has a chat template", 0,
           -1 },
@@ -203,6 +209,13 @@ int rill_bench_stream_main(int argc, char **argv) {
     }
     if (!rill_market_instruct_from_name(instruct, &o->instruct)) {
         fprintf(stderr, "rill bench stream: --instruct: none, system, question or both\n");
+        rill_free(b);
+        return 2;
+    }
+    o->consistency_both = strcmp(consistency, "both") == 0;
+    if (!o->consistency_both &&
+        rill_sched_consistency_parse(consistency, &o->consistency) != RILL_OK) {
+        fprintf(stderr, "rill bench stream: --consistency: acknowledged, evaluated or both\n");
         rill_free(b);
         return 2;
     }

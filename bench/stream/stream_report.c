@@ -135,7 +135,8 @@ static void write_question(FILE *f, const bench_t *b, const question_t *q, const
     json_num(f, "ttft_compute_ms", good ? (double)r->ttft_compute_ns / 1e6 : NAN);
     fprintf(f, ",\"backlog\":%lld,\"engine_context\":%d", (long long)r->backlog, r->engine_context);
     if (r == &q->rill) {
-        fprintf(f, ",\"data_version\":%lld", (long long)r->version);
+        fprintf(f, ",\"consistency\":\"%s\",\"data_version\":%lld",
+                rill_sched_consistency_name(q->consistency), (long long)r->version);
         json_num(f, "standing_age_ms",
                  r->standing_age_ns >= 0 ? (double)r->standing_age_ns / 1e6 : NAN);
     }
@@ -166,13 +167,20 @@ typedef struct summary {
     double ratio[MAX_BUCKETS]; /* stateless: median over its questions of stateless / rill */
 } summary_t;
 
-static void summarize(const bench_t *b, bool stateless, rill_hist_t *h, summary_t *sm) {
+/* Whether question q counts in a rill-mode figure restricted to consistency c (-1: all). */
+static bool of_consistency(const question_t *q, int c) {
+    return c < 0 || (int)q->consistency == c;
+}
+
+/* The TTFT summary of one mode; rill mode: of the questions of consistency c only (-1: all;
+ * the stateless mode takes -1). */
+static void summarize(const bench_t *b, bool stateless, int c, rill_hist_t *h, summary_t *sm) {
     memset(sm, 0, sizeof *sm);
     rill_hist_init(h);
     for (int64_t i = 0; i < b->n_qs; i++) {
         const question_t *q = &b->qs[i];
         const result_t *r = stateless ? &q->stateless : &q->rill;
-        if (stateless && !q->sampled) {
+        if ((stateless && !q->sampled) || !of_consistency(q, c)) {
             continue;
         }
         if (ok(r)) {
@@ -190,7 +198,7 @@ static void summarize(const bench_t *b, bool stateless, rill_hist_t *h, summary_
         for (int64_t i = 0; i < b->n_qs; i++) {
             const question_t *q = &b->qs[i];
             const result_t *r = stateless ? &q->stateless : &q->rill;
-            if (q->bucket == k && (!stateless || q->sampled) && ok(r)) {
+            if (q->bucket == k && (!stateless || q->sampled) && of_consistency(q, c) && ok(r)) {
                 record(h, ttft_ns(r));
             }
         }
@@ -208,6 +216,37 @@ static void summarize(const bench_t *b, bool stateless, rill_hist_t *h, summary_
         }
         sm->ratio[k] = pct(h, 0.50, 1e6);
     }
+}
+
+/* Rill mode's questions of one consistency (issue 18 item 3): their TTFT, their accuracy, and
+ * how far behind the acknowledged data their answers were (chunks acknowledged before the
+ * question that the answer did not see; an acknowledged question's is 0 unless it failed). */
+typedef struct by_cons {
+    summary_t sm;
+    rill_market_tally_t tl;
+    double behind50, behind99; /* chunks, over the answered questions */
+    int64_t behind_any;        /* answered questions that missed at least one chunk */
+} by_cons_t;
+
+static void summarize_consistency(const bench_t *b, int c, rill_hist_t *h, by_cons_t *bc) {
+    summarize(b, false, c, h, &bc->sm);
+    memset(&bc->tl, 0, sizeof bc->tl);
+    bc->behind_any = 0;
+    rill_hist_init(h);
+    for (int64_t i = 0; i < b->n_qs; i++) {
+        const question_t *q = &b->qs[i];
+        if (!of_consistency(q, c)) {
+            continue;
+        }
+        rill_market_tally_add(&bc->tl, b->qq[q->kind].kind, q->rill.verdict);
+        if (ok(&q->rill)) {
+            int64_t behind = q->after > q->rill.seen ? q->after - q->rill.seen : 0;
+            record(h, behind);
+            bc->behind_any += behind > 0;
+        }
+    }
+    bc->behind50 = pct(h, 0.5, 1);
+    bc->behind99 = pct(h, 0.99, 1);
 }
 
 static void json_buckets(FILE *f, const bench_t *b, const summary_t *sm, bool ratio) {
@@ -253,9 +292,38 @@ static void json_accuracy(FILE *f, const char *prefix, const rill_market_tally_t
     fputc('}', f);
 }
 
+static void json_accuracy(FILE *f, const char *prefix, const rill_market_tally_t *tl, bool by_kind);
+
+/* "consistency" of the rill mode and, with --consistency both, "by_consistency": per
+ * consistency its questions, TTFT percentiles, accuracy and chunks behind. */
+static void json_consistency(FILE *f, const bench_t *b, const by_cons_t bc[2]) {
+    fprintf(f, ",\"consistency\":\"%s\"",
+            b->o.consistency_both ? "both" : rill_sched_consistency_name(b->o.consistency));
+    if (!b->o.consistency_both) {
+        return;
+    }
+    fprintf(f, ",\"by_consistency\":{");
+    for (int c = 0; c < 2; c++) {
+        const by_cons_t *x = &bc[c];
+        fprintf(f, "%s\"%s\":{\"questions\":%lld,\"failed\":%lld", c ? "," : "",
+                rill_sched_consistency_name((rill_sched_consistency_t)c), (long long)x->sm.n,
+                (long long)x->sm.failed);
+        json_num(f, "ttft_p50_ms", x->sm.p50);
+        json_num(f, "ttft_p90_ms", x->sm.p90);
+        json_num(f, "ttft_p99_ms", x->sm.p99);
+        json_num(f, "behind_p50", x->behind50);
+        json_num(f, "behind_p99", x->behind99);
+        fprintf(f, ",\"behind_any\":%lld", (long long)x->behind_any);
+        json_accuracy(f, "", &x->tl, false);
+        fputc('}', f);
+    }
+    fputc('}', f);
+}
+
 static void write_summary(FILE *f, const bench_t *b, const char *mode, const summary_t *sm,
                           const double *extra, int n_extra, const char *const *extra_keys,
-                          const rill_market_tally_t *tl, const rill_market_tally_t *standing) {
+                          const rill_market_tally_t *tl, const rill_market_tally_t *standing,
+                          const by_cons_t *bc) {
     fprintf(f,
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
@@ -281,6 +349,9 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
     }
     json_buckets(f, b, sm, strcmp(mode, "stateless") == 0);
     json_accuracy(f, "", tl, true);
+    if (bc != NULL) {
+        json_consistency(f, b, bc);
+    }
     if (standing != NULL) {
         fprintf(f, ",\"standing_kind\":\"%s\",\"standing_answers_checked\":%lld",
                 rill_market_qkind_name(b->sq.kind), (long long)rill_market_tally_n(standing));
@@ -313,8 +384,8 @@ int rill__stream_report(bench_t *b) {
         return 1;
     }
     summary_t rs, ss;
-    summarize(b, false, h, &rs);
-    summarize(b, true, h, &ss);
+    summarize(b, false, -1, h, &rs);
+    summarize(b, true, -1, h, &ss);
     /* the check of every answer (see the top) */
     size_t cap = text_cap(b);
     char *buf = rill_malloc(RILL_MEM_OTHER, cap);
@@ -356,6 +427,10 @@ int rill__stream_report(bench_t *b) {
                                   verdict(b, s, &b->sq, chunks_within(b, s, a->n_context),
                                           a->tokens, a->n_tokens, buf, cap));
         }
+    }
+    by_cons_t bc[2]; /* per consistency, for --consistency both */
+    for (int c = 0; c < 2; c++) {
+        summarize_consistency(b, c, h, &bc[c]);
     }
     /* standing answer age at the questions, ingest acknowledgement, feed lateness */
     int64_t mismatch = 0;
@@ -532,6 +607,17 @@ int rill__stream_report(bench_t *b) {
         }
         printf("\n");
     }
+    for (int c = 0; c < 2 && b->o.consistency_both; c++) {
+        const by_cons_t *x = &bc[c];
+        char acc[32];
+        fmt_pct(acc, sizeof acc, rill_market_tally_right(&x->tl), rill_market_tally_scored(&x->tl));
+        printf("consistency %s: %lld questions (%lld failed), TTFT p50 %.1f ms, p99 %.1f ms; "
+               "answers %.0f chunks behind the acknowledged data (p50; p99 %.0f; %lld answers "
+               "behind at all); accuracy %s of %lld scored\n",
+               rill_sched_consistency_name((rill_sched_consistency_t)c), (long long)x->sm.n,
+               (long long)x->sm.failed, x->sm.p50, x->sm.p99, x->behind50, x->behind99,
+               (long long)x->behind_any, acc, (long long)rill_market_tally_scored(&x->tl));
+    }
 
     int rc = 0;
     if (b->o.json_path != NULL) {
@@ -622,9 +708,9 @@ int rill__stream_report(bench_t *b) {
                         backlog[1],
                         steal };
         write_summary(f, b, "rill", &rs, rv, (int)(sizeof rv / sizeof rv[0]), rk, &tr,
-                      b->o.no_standing ? NULL : &tst);
+                      b->o.no_standing ? NULL : &tst, bc);
         if (ss.n + ss.failed > 0) {
-            write_summary(f, b, "stateless", &ss, NULL, 0, NULL, &ts, NULL);
+            write_summary(f, b, "stateless", &ss, NULL, 0, NULL, &ts, NULL, NULL);
         }
         if (fclose(f) != 0) {
             fprintf(stderr, "rill bench stream: cannot write %s\n", b->o.json_path);

@@ -154,6 +154,7 @@ static void *feed(void *arg) {
                                    .n_max = (int32_t)b->o.answer,
                                    .stop_at_eog = !b->o.no_stop,
                                    .stop_at_newline = !b->o.no_stop,
+                                   .consistency = q->consistency,
                                    .on_token = on_token,
                                    .on_done = on_done,
                                    .user = r };
