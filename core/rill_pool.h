@@ -7,7 +7,10 @@
  * token, so a dispatch allocates nothing and takes no lock on the fast path: workers spin on a
  * generation counter for a short while after each job (about 50 microseconds by default) and only
  * then sleep on a condition variable; the caller wakes sleepers only when there are some.
- * bench/bench_pool measures the dispatch overhead.
+ * Completion is counted per chunk: the call waits for the chunks, never for a worker, so a
+ * worker that another process's thread has pushed off its core (or that is still waking) does
+ * not hold a dispatch up; the caller runs the chunks it would have taken. bench/bench_pool
+ * measures the dispatch overhead and, with real work in the chunks, the efficiency.
  *
  * Thread safety: a pool is used by one thread at a time (its owner, typically an engine thread);
  * calls from several threads must be serialized by the caller. The body runs concurrently on up
