@@ -636,7 +636,8 @@ rill_err_t rill_sched_asr_finish(rill_sched_asr_t *a);
 
 /* A recognizer's counters. */
 typedef struct rill_sched_asr_stats {
-    rill_asr_stats_t asr;      /* the current stream's recognizer (rill_asr_stats) */
+    rill_asr_stats_t asr;      /* rill_asr_stats summed over the streams (window_samples: the
+                                  current one's; max_window_samples: the most of any) */
     int64_t samples_queued;    /* accepted by rill_sched_asr_feed, over all streams */
     int64_t samples_taken;     /* moved from the queue into the recognizer */
     int64_t queue_samples;     /* waiting in the queue now */

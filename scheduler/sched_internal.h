@@ -333,6 +333,7 @@ struct rill_sched_asr {
     char *text; /* consumer text being built */
     size_t text_cap;
     rill_sched_asr_stats_t st;
+    rill_asr_stats_t done; /* counters of the finished streams' recognizers, summed */
 };
 
 /* ---- shared helpers ------------------------------------------------------------------------ */

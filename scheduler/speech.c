@@ -181,6 +181,21 @@ rill_err_t rill_sched_asr_stats(rill_sched_t *sch, rill_sched_asr_t *a,
 
 /* ---- the engine's side ------------------------------------------------------------------- */
 
+/* t += u (window_samples: u's; max_window_samples: the larger). */
+static void add_stats(rill_asr_stats_t *t, rill_asr_stats_t u) {
+    t->samples_fed += u.samples_fed;
+    t->decodes += u.decodes;
+    t->tokens += u.tokens;
+    t->skipped_silence += u.skipped_silence;
+    t->skipped_settled += u.skipped_settled;
+    t->no_speech += u.no_speech;
+    t->hit_limit += u.hit_limit;
+    t->samples_dropped += u.samples_dropped;
+    t->window_samples = u.window_samples;
+    t->max_window_samples =
+        u.max_window_samples > t->max_window_samples ? u.max_window_samples : t->max_window_samples;
+}
+
 void rill__sched_asr_cmd(rill_sched_t *sch, cmd_t *c) {
     rill_sched_asr_t *a = c->u.asr.a;
     switch (c->kind) {
@@ -221,7 +236,8 @@ void rill__sched_asr_cmd(rill_sched_t *sch, cmd_t *c) {
         }
         rill_sched_asr_stats_t *o = c->u.asr.out;
         *o = a->st;
-        o->asr = rill_asr_stats(a->asr);
+        o->asr = a->done;
+        add_stats(&o->asr, rill_asr_stats(a->asr));
         o->samples_queued = atomic_load(&a->queued);
         o->samples_taken = a->taken;
         o->queue_samples = (int64_t)rill_ring_size(&a->q);
@@ -471,6 +487,8 @@ static void run_step(rill_sched_t *sch, rill_sched_asr_t *a) {
     a->tail_from = -1;
     int64_t expect = fin_at;
     atomic_compare_exchange_strong(&a->finish_at, &expect, -1); /* a later finish stays */
+    add_stats(&a->done, rill_asr_stats(a->asr));
+    a->done.window_samples = 0;
     rill_asr_destroy(&a->asr);
     err = rill_asr_new(a->w, a->model, &a->ap, &a->asr);
     if (err != RILL_OK) {
