@@ -9,10 +9,10 @@ text is the transcript: versions and counters); packet loss, duplicates and late
 counted; hostile frames (bad codec, absurd rate and channels, garbage Opus, wrong types, a
 format change mid-stream, audio to a session without a recognizer, other commands on a
 transcript-only session) refused with clear errors and nothing changed; a client that
-vanishes mid-stream.
+vanishes mid-stream; a restart (the language model's session and its recognizer come back).
 
 Usage: test_server_speech.py RILL_BINARY SOURCE_DIR [TEST...]  (TEST: pcm16, opus, hostile,
-vanish; default all). Needs pyzmq, msgpack, PyAV and numpy (the project's .venv), the default
+vanish, restart; default all). Needs pyzmq, msgpack, PyAV and numpy (the project's .venv), the default
 model and models/whisper-tiny.en.gguf; exits 77 without them.
 """
 import os
@@ -328,6 +328,46 @@ def t_vanish():
             assert b.call("server.stats")["sessions"] == 0
             sub.close()
             b.close()
+            assert d.stop() == 0, d.log()
+        finally:
+            d.kill()
+
+
+def t_restart():
+    """A language model's session with a recognizer survives a restart: its text (the
+    transcript, from its log) and a fresh recognizer; a transcript-only session does not."""
+    packets = pcm16_packets(clip_pcm())
+    with tempfile.TemporaryDirectory() as tmp:
+        d = daemon(tmp)
+        try:
+            d.start()
+            c = ts.Client(d)
+            c.call("session.create", session="talk", asr="asr", window=0)
+            c.call("session.create", session="live", model="asr")
+            sub = ts.Sub(d, "talk/transcript")
+            time.sleep(0.3)
+            send_all(c, "talk", "pcm16", packets)
+            c.call("ingest.audio", session="talk", flush=True)
+            evs = transcript_events(sub, "talk/transcript")
+            before = c.call("session.stats", session="talk")
+            assert before["version"] == evs[-1]["version"], (before, evs[-1])
+            sub.close()
+            c.close()
+            assert d.stop() == 0, d.log()
+            d.start()
+            c = ts.Client(d)
+            assert c.call("session.list") == ["talk"], d.log()
+            after = c.call("session.stats", session="talk")
+            assert (after["version"], after["n_seen"]) == (before["version"], before["n_seen"])
+            assert after["asr"] is not None and after["asr"]["packets"] == 0, after
+            sub = ts.Sub(d, "talk/transcript")
+            time.sleep(0.3)
+            send_all(c, "talk", "pcm16", packets[:50])
+            c.call("ingest.audio", session="talk", flush=True)
+            evs2 = transcript_events(sub, "talk/transcript")
+            assert evs2[-1]["version"] > before["version"], (evs2[-1], before)
+            sub.close()
+            c.close()
             assert d.stop() == 0, d.log()
         finally:
             d.kill()
