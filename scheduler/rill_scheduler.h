@@ -549,9 +549,11 @@ rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, cons
  * then " " and the tentative tail (when there is one); committed pieces are joined with one
  * space. These are inputs like any other (logged, versioned, they make standing answers stale).
  * A consumer input that fails (RILL_EFULL: more than RILL_SCHED_MAX_QUEUED tokens queued on it,
- * a log error) is reported in the update (consumer_status) and counted; the transcript goes on,
- * and the next update starts the tail afresh. A consumer that is closed is let go: the
- * recognizer goes on transcript-only.
+ * a log error) is reported in the update (consumer_status) and counted, and the transcript goes
+ * on: that update's committed text is lost to the consumer; after RILL_EFULL or RILL_ENOMEM the
+ * next update replaces the tail input again, after any other error (a replace the session can
+ * no longer take) the old tail stays in the session as text and the next tail is a new input.
+ * A consumer that is closed is let go: the recognizer goes on transcript-only.
  *
  * A finish (rill_sched_asr_finish) takes effect once the audio fed before it has been moved into
  * the recognizer: rill_asr_finish decodes the rest and commits the tentative tail (update.final),

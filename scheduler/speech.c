@@ -330,6 +330,15 @@ static bool counted(rill_sched_asr_t *a, rill_err_t err, rill_err_t *status, boo
     return true;
 }
 
+/* After a failed consumer input: a transient one (a full queue, memory) leaves the tail input
+ * to be replaced by the next update; any other (the session no longer reaches back to it) lets
+ * it go: its text stays in the session, and the next tail is a new input. */
+static void give_up_tail(rill_sched_asr_t *a, rill_err_t err) {
+    if (err != RILL_OK && err != RILL_EFULL && err != RILL_ENOMEM) {
+        a->tail_from = -1;
+    }
+}
+
 /* Writes committed text d[0, dn) and the tail t[0, tn) (changed: it differs from the last) into
  * the consumer (rill_scheduler.h, "speech recognizers"). Returns the consumer's version after it
  * (-1 without one); *status gets the first input's error. */
@@ -358,7 +367,8 @@ static int64_t to_consumer(rill_sched_t *sch, rill_sched_asr_t *a, const char *d
             counted(a, err, status, false);
         }
         if (*status != RILL_OK) {
-            return rill_session_seq(x->s); /* the tail is tried again with the next update */
+            give_up_tail(a, *status);
+            return rill_session_seq(x->s);
         }
         a->tail_from = -1;
         tail_changed = true; /* the tail inputs went with the replace: a new one follows */
@@ -388,6 +398,7 @@ static int64_t to_consumer(rill_sched_t *sch, rill_sched_asr_t *a, const char *d
     } else if (counted(a, rill__sched_input_text(sch, x, a->text, len, true), status, false)) {
         a->tail_from = rill_session_seq(x->s);
     }
+    give_up_tail(a, *status);
     return rill_session_seq(x->s);
 }
 
