@@ -7,6 +7,8 @@
  * refresh back (the standing budget), the engine sleeps only until that refresh may start
  * (sch->wake_at, a timed wait on the `wake` condition, whose clock is CLOCK_MONOTONIC like
  * rill_now_ns) and is not idle meanwhile, so rill_sched_wait_idle() waits for the refresh.
+ * After the passes of each loop it runs at most one recognizer step (speech.c); a feed wakes it
+ * through sch->asr_kick, since a feed queues audio, not a command.
  *
  * Rejected: one lock per session with callers stepping sessions themselves (a step must see
  * every session, and the pool's free list is shared); a lock-free queue (commands are rare next
@@ -88,21 +90,64 @@ static sess_t *target(rill_sched_t *sch, cmd_t *c, rill_sched_sid_t sid) {
     return x;
 }
 
-/* CMD_INGEST and CMD_INGEST_TEXT: check, log, queue; standing answers go stale. */
-static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
+rill_err_t rill__sched_input_text(rill_sched_t *sch, sess_t *x, const char *text, size_t len,
+                                  bool flush) {
     int64_t v = rill_session_seq(x->s);
-    bool text = c->kind == CMD_INGEST_TEXT;
-    size_t len = text ? c->u.ingest_text.len : (size_t)c->u.ingest.n;
+    rill_err_t err;
     if (len > 0 && rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
-        c->err = RILL_EFULL;
-        rill__sched_msg(c, "%d tokens already queued on the session", rill_session_pending(x->s));
-    } else if (!text) {
-        c->err = rill_session_feed(x->s, c->u.ingest.tokens, c->u.ingest.n);
+        err = rill__error(RILL_EFULL, "too many tokens already queued on the session");
     } else {
         /* with flush one input, so that the version it makes names the text for a replace */
-        c->err = c->u.ingest_text.flush
-                     ? rill_session_feed_text_end(x->s, c->u.ingest_text.text, c->u.ingest_text.len)
-                     : rill_session_feed_text(x->s, c->u.ingest_text.text, c->u.ingest_text.len);
+        err = flush ? rill_session_feed_text_end(x->s, text, len)
+                    : rill_session_feed_text(x->s, text, len);
+    }
+    if (rill_session_seq(x->s) != v) {
+        rill__sched_data_changed(sch, x);
+    }
+    return err;
+}
+
+rill_err_t rill__sched_input_replace(rill_sched_t *sch, sess_t *x, int64_t from, const char *text,
+                                     size_t len) {
+    int64_t v = rill_session_seq(x->s);
+    rill_err_t err;
+    if (rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
+        err = rill__error(RILL_EFULL, "too many tokens already queued on the session");
+    } else {
+        err = rill_session_feed_replace_text(x->s, from, text, len);
+    }
+    if (rill_session_seq(x->s) != v) {
+        int64_t ack = rill__sched_acknowledged(x);
+        for (req_t *r = sch->reqs; r != NULL; r = r->next) {
+            if (r->sess == x && r->phase == PH_WAIT && r->target > ack) {
+                r->target = ack;
+            }
+        }
+        rill__sched_data_changed(sch, x);
+    }
+    return err;
+}
+
+/* CMD_INGEST and CMD_INGEST_TEXT: check, log, queue; standing answers go stale. */
+static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
+    if (c->kind == CMD_INGEST_TEXT) {
+        c->err = rill__sched_input_text(sch, x, c->u.ingest_text.text, c->u.ingest_text.len,
+                                        c->u.ingest_text.flush);
+        if (c->err != RILL_OK && c->err != RILL_EFULL) {
+            rill__sched_msg(c, "%s", rill_last_error(c->err));
+        } else if (c->err == RILL_EFULL) {
+            rill__sched_msg(c, "%d tokens already queued on the session",
+                            rill_session_pending(x->s));
+        }
+        c->u.ingest_text.version = rill_session_seq(x->s);
+        return;
+    }
+    int64_t v = rill_session_seq(x->s);
+    if (c->u.ingest.n > 0 && rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
+        c->err = RILL_EFULL;
+        rill__sched_msg(c, "%d tokens already queued on the session", rill_session_pending(x->s));
+    } else {
+        c->err = rill_session_feed(x->s, c->u.ingest.tokens, c->u.ingest.n);
     }
     if (c->err != RILL_OK && c->err != RILL_EFULL) {
         rill__sched_msg(c, "%s", rill_last_error(c->err));
@@ -110,9 +155,7 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
     if (rill_session_seq(x->s) != v) {
         rill__sched_data_changed(sch, x);
     }
-    if (text) {
-        c->u.ingest_text.version = rill_session_seq(x->s);
-    } else if (c->u.ingest.on_ack != NULL) {
+    if (c->u.ingest.on_ack != NULL) {
         c->u.ingest.on_ack(c->u.ingest.user, c->err,
                            c->err == RILL_OK      ? ""
                            : c->err == RILL_EFULL ? "too many tokens already queued on the session"
@@ -123,26 +166,10 @@ static void ingest(rill_sched_t *sch, cmd_t *c, sess_t *x) {
 /* CMD_REPLACE: check, log, roll back, queue; requests waiting for the session's data wait for
  * what is acknowledged now (the stream may have got shorter); standing answers go stale. */
 static void replace(rill_sched_t *sch, cmd_t *c, sess_t *x) {
-    int64_t v = rill_session_seq(x->s);
-    const char *why = "";
-    if (rill_session_pending(x->s) > RILL_SCHED_MAX_QUEUED) {
-        c->err = RILL_EFULL;
-        why = "too many tokens already queued on the session";
-    } else {
-        c->err = rill_session_feed_replace_text(x->s, c->u.replace.from, c->u.replace.text,
-                                                c->u.replace.len);
-        why = c->err == RILL_OK ? "" : rill_last_error(c->err);
-    }
+    c->err =
+        rill__sched_input_replace(sch, x, c->u.replace.from, c->u.replace.text, c->u.replace.len);
+    const char *why = c->err == RILL_OK ? "" : rill_last_error(c->err);
     rill__sched_msg(c, "%s", why);
-    if (rill_session_seq(x->s) != v) {
-        int64_t ack = rill__sched_acknowledged(x);
-        for (req_t *r = sch->reqs; r != NULL; r = r->next) {
-            if (r->sess == x && r->phase == PH_WAIT && r->target > ack) {
-                r->target = ack;
-            }
-        }
-        rill__sched_data_changed(sch, x);
-    }
     c->u.replace.version = c->err == RILL_OK ? rill_session_seq(x->s) : -1;
     if (c->u.replace.on_ack != NULL) {
         c->u.replace.on_ack(c->u.replace.user, c->err, c->u.replace.version, why);
@@ -272,6 +299,11 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
     case CMD_MODEL_INFO:
         fill_model_info(sch, &sch->models[c->u.model_info.model], c->u.model_info.out);
         break;
+    case CMD_ASR_ATTACH:
+    case CMD_ASR_DETACH:
+    case CMD_ASR_STATS:
+        rill__sched_asr_cmd(sch, c);
+        break;
     }
     if (c->blocking) {
         rill__sched_finished(sch, c);
@@ -301,6 +333,7 @@ static void teardown(rill_sched_t *sch) {
             rill__sched_finish(sch, r, RILL_ECANCELED, "scheduler stopped", false);
         }
     }
+    rill__sched_speech_free(sch);
     while (sch->sessions != NULL) {
         rill__sched_close_sess(sch, sch->sessions);
     }
@@ -313,6 +346,7 @@ void *rill__sched_engine(void *arg) {
     for (;;) {
         cmd_t *list = sch->head;
         sch->head = sch->tail = NULL;
+        sch->asr_kick = false; /* the speech step below sees what was fed */
         bool stop = sch->stop;
         pthread_mutex_unlock(&sch->mu);
         if (list != NULL) {
@@ -332,24 +366,27 @@ void *rill__sched_engine(void *arg) {
             pthread_mutex_unlock(&sch->mu);
         }
         bool worked = !stop && rill__sched_step(sch);
+        /* at most one recognizer step after the passes (rill_scheduler.h "speech
+         * recognizers"): a question waits about one encode for it */
+        worked = (!stop && rill__sched_speech_step(sch)) || worked;
         pthread_mutex_lock(&sch->mu);
         release_finished(sch);
         if (stop) {
             break;
         }
-        if (!worked && sch->head == NULL && !sch->stop) {
+        if (!worked && sch->head == NULL && !sch->stop && !sch->asr_kick) {
             int64_t t0 = rill__sched_now();
             if (sch->wake_at == 0) { /* nothing to do until a command */
                 sch->idle = true;
                 pthread_cond_broadcast(&sch->done);
-                while (sch->head == NULL && !sch->stop) {
+                while (sch->head == NULL && !sch->stop && !sch->asr_kick) {
                     pthread_cond_wait(&sch->wake, &sch->mu);
                 }
                 sch->idle = false;
             } else { /* a refresh the standing budget holds back: not idle, but asleep */
                 struct timespec dl = { .tv_sec = (time_t)(sch->wake_at / 1000000000),
                                        .tv_nsec = (long)(sch->wake_at % 1000000000) };
-                while (sch->head == NULL && !sch->stop &&
+                while (sch->head == NULL && !sch->stop && !sch->asr_kick &&
                        pthread_cond_timedwait(&sch->wake, &sch->mu, &dl) == 0) {
                 }
             }

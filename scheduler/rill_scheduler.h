@@ -164,6 +164,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rill_asr.h"
 #include "rill_err.h"
 #include "rill_hist.h"
 #include "rill_sampler.h"
@@ -255,6 +256,7 @@ const char *rill_sched_model_name(const rill_sched_t *sch, int32_t model);
 int32_t rill_sched_find_model(const rill_sched_t *sch, const char *name);
 
 /* Stops the engine: every open request ends with RILL_ECANCELED (on_done is called), every
+ * recognizer still attached is freed (its handle is invalid afterwards; no on_update), every
  * session is destroyed (their logs synced and closed), then frees the scheduler and sets
  * *sp = NULL. NULL-safe. Must not be called from a callback. */
 void rill_sched_destroy(rill_sched_t **sp);
@@ -513,6 +515,151 @@ rill_err_t rill_sched_spec_start(rill_sched_t *sch, rill_sched_sid_t sid, const 
 rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, const int32_t *input,
                                   int32_t n_input);
 
+/* ---- speech recognizers ------------------------------------------------------------------- *
+ *
+ * A recognizer (scheduler/rill_asr.h, Whisper over a rolling window) runs on the engine thread
+ * as a work class of its own, below ingest: after each step's forward passes the engine runs at
+ * most one recognizer step (one rill_asr_step or rill_asr_finish: an encode and a greedy decode,
+ * tens of ms to a second), taking the ready recognizers in rotation. So a question that arrives
+ * meanwhile waits for at most about one encode beyond its usual step, however many recognizers
+ * there are, and recognizers share the engine with every model's passes instead of waiting for
+ * them to idle (a live caption must not stop while questions are answered). A recognizer is
+ * ready when step_ms of new audio has come (rill_asr_ready), when its window is full and audio
+ * waits, or when a finish is due.
+ *
+ * Audio reaches it through a lock-free single-producer queue of 16 kHz samples sized at attach
+ * (queue_ms): rill_sched_asr_feed copies into it and returns, never waiting for the engine or a
+ * decode; a feed that does not fit is refused whole with RILL_EFULL (flow control: retry after
+ * the engine has taken some; rill_sched_asr_room says how much fits now). The engine moves the
+ * queue into the recognizer's window as the window has room.
+ *
+ * Each step that changes the transcript (new committed words or a different tentative tail),
+ * each error, and each finish is reported through on_update on the engine thread. With a
+ * consumer session (params.consumer, a session of any language model of this scheduler), the
+ * engine also writes the transcript into that session as its input, before on_update:
+ *   - committed text as ordinary text input, flushed (rill_session_feed_text_end), so it is
+ *     never taken back and a question sees it at once;
+ *   - the tentative tail as replaceable input: the first tail after committed text is a flushed
+ *     text input of its own; each later change of the tail is a replace from the version of
+ *     the first one on (rill_session_feed_replace_text, then a flush), so the session is rolled
+ *     back to the longest common token prefix exactly when the recognizer changes its mind,
+ *     and re-evaluates only the rest. When words are committed the tail inputs are replaced by
+ *     the committed text, and the new tail (if any) follows as a new input.
+ * So the consumer's text after the inputs it had before is always the committed transcript,
+ * then " " and the tentative tail (when there is one); committed pieces are joined with one
+ * space. These are inputs like any other (logged, versioned, they make standing answers stale).
+ * A consumer input that fails (RILL_EFULL: more than RILL_SCHED_MAX_QUEUED tokens queued on it,
+ * a log error) is reported in the update (consumer_status) and counted, and the transcript goes
+ * on: that update's committed text is lost to the consumer; after RILL_EFULL or RILL_ENOMEM the
+ * next update replaces the tail input again, after any other error (a replace the session can
+ * no longer take) the old tail stays in the session as text and the next tail is a new input.
+ * A consumer that is closed is let go: the recognizer goes on transcript-only.
+ *
+ * A finish (rill_sched_asr_finish) takes effect once the audio fed before it has been moved into
+ * the recognizer: rill_asr_finish decodes the rest and commits the tentative tail (update.final),
+ * then the recognizer starts a new stream in a fresh rill_asr_t (an utterance ended; audio fed
+ * later is the next one). Memory: the queue, the recognizer (bounded with
+ * asr.keep_committed false, which the consumer or the update's receiver makes unnecessary) and
+ * a text buffer as long as the longest update; nothing grows with the stream's length. */
+
+typedef struct rill_sched_asr rill_sched_asr_t;
+
+/* One change of a recognizer's transcript (pointers borrowed for the callback). */
+typedef struct rill_sched_asr_update {
+    rill_err_t status;     /* RILL_OK, or the error of the step or finish that failed (the
+                              audio stays and the step is tried again when more audio comes; a
+                              failed restart after a finish leaves the recognizer refusing
+                              audio: RILL_ECLOSED from rill_sched_asr_feed) */
+    const char *message;   /* detail when status != RILL_OK, "" otherwise */
+    const char *committed; /* text committed by this step, led by one space when text was
+                              committed before on this recognizer ("" when none): append it */
+    size_t committed_len;
+    const char *tentative; /* the whole tentative tail now ("" when none) */
+    size_t tentative_len;
+    int64_t audio_ms; /* audio the recognizer has taken so far over all its streams, ms */
+    bool final;       /* the update of a finish: the tail is committed, the next audio is a
+                         new stream */
+    rill_err_t consumer_status; /* RILL_OK, or the consumer input's error (nothing of this update
+                                   reached it) */
+    int64_t consumer_version;   /* the consumer's version after this update (-1: no consumer) */
+} rill_sched_asr_update_t;
+
+/* Called on the engine thread (rules of "Callbacks" above). */
+typedef void (*rill_sched_asr_fn)(void *user, const rill_sched_asr_update_t *u);
+
+typedef struct rill_sched_asr_params {
+    rill_whisper_t *whisper;     /* borrowed: must outlive the recognizer; from attach to detach
+                                    only the engine thread uses it (one rill_whisper_t may serve
+                                    many recognizers); its backend must be the one the scheduler's
+                                    pools use, or one no other thread touches */
+    const rill_model_t *model;   /* the whisper model whisper was made from (borrowed: must
+                                    outlive the recognizer; each new stream reads it) */
+    rill_asr_params_t asr;       /* the recognizer's parameters (default rill_asr_default_params()
+                                    with keep_committed false) */
+    rill_sched_sid_t consumer;   /* a session that takes the transcript as input (0: none) */
+    int32_t queue_ms;            /* audio the feed queue holds, ms, 100..120000; default 30000 */
+    rill_sched_asr_fn on_update; /* optional */
+    void *user;
+} rill_sched_asr_params_t;
+
+/* Defaults as documented per field (whisper and model NULL: the caller sets them). */
+rill_sched_asr_params_t rill_sched_asr_default_params(void);
+
+/* Creates a recognizer on the engine thread (rill_asr_new over p->whisper) and, with a consumer,
+ * binds it to that session. Errors: RILL_EINVAL (NULL, queue_ms out of range, and
+ * rill_asr_new's RILL_EINVAL), RILL_ENOTFOUND (no session p->consumer; a language the model
+ * lacks), RILL_ENOMEM, RILL_ECLOSED, and rill_asr_new()'s errors; the detail in
+ * rill_last_error(). On error nothing is left. Caller owns *out; end it with
+ * rill_sched_asr_detach(). Blocks (one engine pass). */
+rill_err_t rill_sched_asr_attach(rill_sched_t *sch, const rill_sched_asr_params_t *p,
+                                 rill_sched_asr_t **out);
+
+/* Ends a recognizer: audio still queued is dropped, no finish is run, no on_update of it runs
+ * after the return (the consumer keeps the inputs it has, tail included). Frees it and sets
+ * *ap = NULL. NULL-safe. Blocks (one engine pass). Must not be called from a callback. */
+void rill_sched_asr_detach(rill_sched_t *sch, rill_sched_asr_t **ap);
+
+/* 16 kHz samples rill_sched_asr_feed can take now (a lower bound: the engine only frees room).
+ * 0 for NULL. Any thread. */
+int64_t rill_sched_asr_room(const rill_sched_asr_t *a);
+
+/* Queues x[0, n) (16 kHz mono, finite, as the sources of rill_audio.h give it) for the
+ * recognizer and wakes the engine; never waits for it. All or nothing. Errors: RILL_EINVAL
+ * (NULL a, x NULL with n > 0, n < 0, a non-finite sample), RILL_EFULL (n > room now),
+ * RILL_ECLOSED (the recognizer failed to restart after a finish). Does not allocate. One
+ * producer at a time per recognizer (feed and finish from one thread, or serialised). */
+rill_err_t rill_sched_asr_feed(rill_sched_asr_t *a, const float *x, int64_t n);
+
+/* Ends the current stream once the audio queued before this call has reached the recognizer
+ * (see "A finish" above): a final update follows. A second finish before the first took effect
+ * moves the point to the audio queued now (one final update). Never blocks. Errors: RILL_EINVAL
+ * (NULL), RILL_ECLOSED (as feed). Producer thread, as feed. */
+rill_err_t rill_sched_asr_finish(rill_sched_asr_t *a);
+
+/* A recognizer's counters. */
+typedef struct rill_sched_asr_stats {
+    rill_asr_stats_t asr;      /* rill_asr_stats summed over the streams (window_samples: the
+                                  current one's; max_window_samples: the most of any) */
+    int64_t samples_queued;    /* accepted by rill_sched_asr_feed, over all streams */
+    int64_t samples_taken;     /* moved from the queue into the recognizer */
+    int64_t queue_samples;     /* waiting in the queue now */
+    int64_t steps;             /* recognizer steps the engine ran (finishes included) */
+    int64_t updates;           /* on_update calls */
+    int64_t finishes;          /* streams finished */
+    int64_t step_errors;       /* steps or finishes that failed */
+    int64_t consumer_inputs;   /* inputs written to the consumer (texts, replaces, flushes) */
+    int64_t consumer_replaces; /* of them, replaces of the tentative tail */
+    int64_t consumer_errors;   /* consumer inputs that failed */
+    int64_t step_ns;           /* engine time in recognizer steps */
+    int64_t audio_ms;          /* as the update's */
+    bool has_consumer;         /* still bound to its consumer */
+} rill_sched_asr_stats_t;
+
+/* Fills *out (a consistent copy taken between steps). Errors: RILL_EINVAL (NULL), RILL_ECLOSED.
+ * Blocks (one engine pass). */
+rill_err_t rill_sched_asr_stats(rill_sched_t *sch, rill_sched_asr_t *a,
+                                rill_sched_asr_stats_t *out);
+
 /* ---- engine statistics --------------------------------------------------------------------- */
 
 /* Over all models (per model: rill_sched_model_info); the time model's fields are model 0's. */
@@ -569,7 +716,8 @@ typedef struct rill_sched_model_info {
 rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_model_info_t *out);
 
 /* Blocks until the engine has no work left (every queue empty, no request open, standing
- * queries fresh: one held back by the standing budget is waited for) or timeout_ns passes.
+ * queries fresh: one held back by the standing budget is waited for; every recognizer's fed
+ * audio taken and none ready to step) or timeout_ns passes.
  * RILL_OK or RILL_ETIMEDOUT. For tests and benchmarks. */
 rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns);
 

@@ -13,6 +13,8 @@
  *                waiting for data, forking, decoding, finishing, commits
  *   step.c       the step: the batch builder by class, the step-time model and its cap,
  *                reclaiming forks at exhaustion, one forward pass and what follows it
+ *   speech.c     recognizers (rill_asr) as a work class: their audio queues, one recognizer
+ *                step per engine loop, the transcript written into consumer sessions
  *
  * Threads: everything below `mu` in rill_sched belongs to the engine thread alone, except the
  * fields marked (mu) and the atomics. Commands of blocking calls live on the caller's stack;
@@ -27,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rill_ring.h"
 #include "rill_scheduler.h"
 
 /* ---- commands ------------------------------------------------------------------------------ */
@@ -51,7 +54,10 @@ typedef enum cmd_kind {
     CMD_COMMIT,
     CMD_STATS,
     CMD_MODEL_INFO,
-    CMD_TOKENS
+    CMD_TOKENS,
+    CMD_ASR_ATTACH, /* speech.c */
+    CMD_ASR_DETACH,
+    CMD_ASR_STATS
 } cmd_kind_t;
 
 /* One call of the public API on its way to the engine: a tagged union (kind selects the member
@@ -151,6 +157,10 @@ typedef struct cmd {
             int32_t model;
             rill_sched_model_info_t *out;
         } model_info;
+        struct { /* CMD_ASR_ATTACH, _DETACH, _STATS */
+            rill_sched_asr_t *a;
+            rill_sched_asr_stats_t *out;
+        } asr;
     } u;
 } cmd_t;
 
@@ -284,8 +294,46 @@ struct rill_sched {
     /* the standing share's decayed sums at sh_t (ns): refresh time S and wall weight W */
     double sh_s, sh_w;
     int64_t sh_t;
-    int64_t wake_at; /* set by a step that held a refresh back: when it may start (0: none);
-                        the engine sleeps no longer than that */
+    int64_t wake_at;        /* set by a step that held a refresh back: when it may start (0: none);
+                               the engine sleeps no longer than that */
+    bool asr_kick;          /* (mu) a recognizer was fed or finished since the engine last looked */
+    rill_sched_asr_t *asrs; /* attached recognizers (speech.c), in attach order */
+    uint64_t asr_rr;        /* rotation among ready recognizers */
+};
+
+/* A recognizer (speech.c). The producer side (feed, finish) touches only q's producer end and
+ * the atomics; everything from `asr` on is the engine thread's. */
+struct rill_sched_asr {
+    rill_sched_t *sch;
+    rill_ring_t q;                /* float samples, producer: the feeding thread */
+    _Atomic(int64_t) queued;      /* samples accepted by feed */
+    _Atomic(int64_t) finish_at;   /* finish once this many samples are taken (-1: none) */
+    _Atomic(uint64_t) finish_gen; /* finishes asked */
+    atomic_bool closed;           /* a restart failed: feeds are refused */
+    /* engine thread */
+    struct rill_sched_asr *next;
+    rill_asr_t *asr;
+    rill_whisper_t *w;
+    const rill_model_t *model;
+    rill_asr_params_t ap;
+    char language[32];
+    rill_sched_sid_t consumer;
+    rill_sched_asr_fn on_update;
+    void *user;
+    int64_t taken;      /* samples moved into rill_asr (all streams) */
+    int64_t base_ms;    /* audio of the streams before this one */
+    int64_t tail_from;  /* consumer version of the tentative tail's input (-1: none) */
+    bool any_committed; /* text was committed (for the joining space) */
+    bool stalled;       /* the last step failed: wait for more audio or a new finish */
+    int64_t stalled_taken;
+    uint64_t stalled_gen;
+    float *scratch; /* [SPEECH_SCRATCH] */
+    char *tail;     /* the last tentative tail reported */
+    size_t tail_len, tail_cap;
+    char *text; /* consumer text being built */
+    size_t text_cap;
+    rill_sched_asr_stats_t st;
+    rill_asr_stats_t done; /* counters of the finished streams' recognizers, summed */
 };
 
 /* ---- shared helpers ------------------------------------------------------------------------ */
@@ -303,6 +351,10 @@ int32_t rill__sched_ceil_div(int64_t a, int32_t b);
 
 /* True for the commands that submit question work (ask, turn): they preempt lower steps. */
 bool rill__sched_is_question(const cmd_t *c);
+
+/* Runs a blocking command to completion (scheduler.c); its detail becomes the caller's
+ * rill_last_error. RILL_ECLOSED when the scheduler is stopping. */
+rill_err_t rill__sched_call(rill_sched_t *sch, cmd_t *c);
 
 /* Frees an asynchronous command and whatever it still owns. */
 void rill__sched_cmd_free(cmd_t *c);
@@ -386,7 +438,29 @@ double rill__sched_share(const rill_sched_t *sch, int64_t t);
 /* Lets models stuck on an exhausted pool try again (a command may have freed pages). */
 void rill__sched_unstick(rill_sched_t *sch);
 
+/* ---- speech.c ------------------------------------------------------------------------------ */
+
+/* CMD_ASR_ATTACH, _DETACH, _STATS. */
+void rill__sched_asr_cmd(rill_sched_t *sch, cmd_t *c);
+
+/* Moves queued audio into every recognizer and runs at most one recognizer step; false when
+ * there was nothing to do. */
+bool rill__sched_speech_step(rill_sched_t *sch);
+
+/* Frees every recognizer still attached (engine shutdown). */
+void rill__sched_speech_free(rill_sched_t *sch);
+
 /* ---- engine.c ------------------------------------------------------------------------------ */
+
+/* Session input on the engine thread, as the commands give it: text (flush: the text and a
+ * flush as one input, rill_session_feed_text_end), and a replace from version `from`. Both
+ * refuse with RILL_EFULL beyond RILL_SCHED_MAX_QUEUED queued tokens, lower the waiting requests'
+ * targets after a replace, and mark standing answers stale when the version moved. The error's
+ * detail is the engine thread's rill_last_error. */
+rill_err_t rill__sched_input_text(rill_sched_t *sch, sess_t *x, const char *text, size_t len,
+                                  bool flush);
+rill_err_t rill__sched_input_replace(rill_sched_t *sch, sess_t *x, int64_t from, const char *text,
+                                     size_t len);
 
 /* The engine thread's body (arg: the scheduler). */
 void *rill__sched_engine(void *arg);

@@ -109,7 +109,7 @@ static void push(rill_sched_t *sch, cmd_t *c) {
 }
 
 /* Runs a blocking command to completion; its detail becomes the caller's rill_last_error. */
-static rill_err_t call(rill_sched_t *sch, cmd_t *c) {
+rill_err_t rill__sched_call(rill_sched_t *sch, cmd_t *c) {
     char detail[RILL_ERR_DETAIL] = "";
     c->msg = detail;
     c->msglen = sizeof detail;
@@ -387,7 +387,7 @@ rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session
     cmd_init(&c, CMD_CREATE);
     c.u.create.sp = params != NULL ? params : &d;
     c.u.create.out = out;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
@@ -404,7 +404,7 @@ rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const ch
     c.u.restore.log = log_path;
     c.u.restore.fsync = fsync;
     c.u.restore.out = out;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_session_close(rill_sched_t *sch, rill_sched_sid_t sid) {
@@ -414,7 +414,7 @@ rill_err_t rill_sched_session_close(rill_sched_t *sch, rill_sched_sid_t sid) {
     cmd_t c;
     cmd_init(&c, CMD_CLOSE);
     c.u.close.sid = sid;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
@@ -426,7 +426,7 @@ rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
     cmd_init(&c, CMD_INFO);
     c.u.info.sid = sid;
     c.u.info.out = out;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, const char *path) {
@@ -437,7 +437,7 @@ rill_err_t rill_sched_session_snapshot(rill_sched_t *sch, rill_sched_sid_t sid, 
     cmd_init(&c, CMD_SNAPSHOT);
     c.u.snapshot.sid = sid;
     c.u.snapshot.path = path;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 int64_t rill_sched_session_tokens(rill_sched_t *sch, rill_sched_sid_t sid, int32_t *out,
@@ -450,7 +450,7 @@ int64_t rill_sched_session_tokens(rill_sched_t *sch, rill_sched_sid_t sid, int32
     c.u.tokens.sid = sid;
     c.u.tokens.out = out;
     c.u.tokens.cap = cap;
-    rill_err_t err = call(sch, &c);
+    rill_err_t err = rill__sched_call(sch, &c);
     return err != RILL_OK ? err : c.u.tokens.n;
 }
 
@@ -462,7 +462,7 @@ int64_t rill_sched_session_list(rill_sched_t *sch, rill_sched_sid_t *ids, int64_
     cmd_init(&c, CMD_LIST);
     c.u.list.out = ids;
     c.u.list.cap = cap;
-    rill_err_t err = call(sch, &c);
+    rill_err_t err = rill__sched_call(sch, &c);
     return err != RILL_OK ? err : c.u.list.n;
 }
 
@@ -481,7 +481,7 @@ rill_err_t rill_sched_ingest(rill_sched_t *sch, rill_sched_sid_t sid, const int3
     c.u.ingest.sid = sid;
     c.u.ingest.tokens = tokens;
     c.u.ingest.n = n;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const char *text,
@@ -495,7 +495,7 @@ rill_err_t rill_sched_ingest_text(rill_sched_t *sch, rill_sched_sid_t sid, const
     c.u.ingest_text.text = text;
     c.u.ingest_text.len = len;
     c.u.ingest_text.flush = flush;
-    rill_err_t err = call(sch, &c);
+    rill_err_t err = rill__sched_call(sch, &c);
     if (err == RILL_OK && version != NULL) {
         *version = c.u.ingest_text.version;
     }
@@ -533,7 +533,7 @@ rill_err_t rill_sched_ingest_replace(rill_sched_t *sch, rill_sched_sid_t sid, in
     c.u.replace.from = from_version;
     c.u.replace.text = text;
     c.u.replace.len = len;
-    rill_err_t err = call(sch, &c);
+    rill_err_t err = rill__sched_call(sch, &c);
     if (err == RILL_OK && version != NULL) {
         *version = c.u.replace.version;
     }
@@ -705,7 +705,7 @@ rill_err_t rill_sched_standing_unregister(rill_sched_t *sch, rill_sched_rid_t qi
     cmd_t c;
     cmd_init(&c, CMD_UNREGISTER);
     c.u.cancel.rid = qid;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
@@ -718,7 +718,7 @@ int64_t rill_sched_standing_list(rill_sched_t *sch, rill_sched_sid_t sid,
     c.u.standing_list.sid = sid;
     c.u.standing_list.out = out;
     c.u.standing_list.cap = cap;
-    rill_err_t err = call(sch, &c);
+    rill_err_t err = rill__sched_call(sch, &c);
     return err != RILL_OK ? err : c.u.standing_list.n;
 }
 
@@ -728,7 +728,7 @@ void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out) {
     cmd_t c;
     cmd_init(&c, CMD_STATS);
     c.u.stats.out = out;
-    if (call(sch, &c) != RILL_OK) {
+    if (rill__sched_call(sch, &c) != RILL_OK) {
         memset(out, 0, sizeof *out);
         rill_hist_init(&out->step_ns);
     }
@@ -742,7 +742,7 @@ rill_err_t rill_sched_model_info(rill_sched_t *sch, int32_t model, rill_sched_mo
     cmd_init(&c, CMD_MODEL_INFO);
     c.u.model_info.model = model;
     c.u.model_info.out = out;
-    return call(sch, &c);
+    return rill__sched_call(sch, &c);
 }
 
 rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns) {
@@ -755,9 +755,10 @@ rill_err_t rill_sched_wait_idle(rill_sched_t *sch, int64_t timeout_ns) {
     struct timespec dl = { .tv_sec = end / 1000000000, .tv_nsec = end % 1000000000 };
     rill_err_t err = RILL_OK;
     pthread_mutex_lock(&sch->mu);
-    while (!(sch->idle && sch->head == NULL)) {
+    /* a recognizer fed since the engine went idle (asr_kick) is work it has not seen yet */
+    while (!(sch->idle && sch->head == NULL && !sch->asr_kick)) {
         if (pthread_cond_timedwait(&sch->done, &sch->mu, &dl) != 0) {
-            err = sch->idle && sch->head == NULL ? RILL_OK : RILL_ETIMEDOUT;
+            err = sch->idle && sch->head == NULL && !sch->asr_kick ? RILL_OK : RILL_ETIMEDOUT;
             break;
         }
     }

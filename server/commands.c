@@ -121,11 +121,17 @@ srv_sess_t *srv_new_sess(srv_t *s) {
         rill_free(x);
         return NULL;
     }
+    x->key = ++s->next_key;
+    x->asr_model = -1;
     return x;
 }
 
 void srv_free_sess(srv_sess_t *x) {
+    /* the recognizer itself is gone by now (srv_speech_detach, or the scheduler's end) */
     rill_market_gov_destroy(&x->gov);
+    rill_audio_packet_decoder_destroy(&x->pdec);
+    rill_free(x->asr_ctx);
+    rill_free(x->pcm);
     rill_free(x);
 }
 
@@ -211,7 +217,8 @@ static int32_t *system_tokens(const srv_t *s, const srv_model_t *m, const rill_p
 
 int32_t srv_model_of_req(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     if (!(r->present & RILL_PROTO_HAS_MODEL)) {
-        return 0;
+        /* complete needs a language model: the first one when the default is a recognizer */
+        return r->cmd == RILL_PROTO_COMPLETE ? s->default_llm : 0;
     }
     int32_t model = srv_model_find(s, r->model.p, r->model.len);
     if (model < 0) {
@@ -223,6 +230,43 @@ int32_t srv_model_of_req(srv_t *s, const srv_call_t *c, const rill_proto_req_t *
     return model;
 }
 
+/* session.create on a Whisper model: a recognizer and no language-model state (not persisted:
+ * the transcript goes out as events only). window, sinks and system have no meaning there. */
+static void create_transcript_only(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r,
+                                   const char *name, int32_t model) {
+    if (r->present & (RILL_PROTO_HAS_WINDOW | RILL_PROTO_HAS_SINKS | RILL_PROTO_HAS_SYSTEM)) {
+        srv_reply_err(s, &c->from, r->id, RILL_EINVAL,
+                      "a session on a Whisper model is transcript-only: window, sinks and system "
+                      "belong to a language model's session (create one with asr: NAME)");
+        return;
+    }
+    srv_sess_t *x = srv_new_sess(s);
+    if (x == NULL) {
+        srv_reply_err(s, &c->from, r->id, RILL_ENOMEM, "out of memory");
+        return;
+    }
+    snprintf(x->name, sizeof x->name, "%s", name);
+    snprintf(x->owner, sizeof x->owner, "%s", c->owner);
+    x->model = model;
+    const char *why = "";
+    rill_err_t err = srv_speech_attach(s, x, model, &why);
+    if (err != RILL_OK) {
+        char msg[RILL_ERR_DETAIL];
+        snprintf(msg, sizeof msg, "recognizer: %s", why);
+        srv_free_sess(x);
+        srv_reply_err(s, &c->from, r->id, err, msg);
+        return;
+    }
+    srv_link_sess(s, x);
+    msgpack_packer pk;
+    srv_reply_begin(s, &pk, r->id, RILL_OK, "");
+    msgpack_pack_map(&pk, 3);
+    srv_pk_kv_str(&pk, "session", x->name);
+    srv_pk_kv_str(&pk, "model", s->models[model].name);
+    srv_pk_kv_str(&pk, "asr", s->models[model].name);
+    srv_reply_send(s, &c->from);
+}
+
 static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     char name[RILL_PROTO_MAX_NAME + 1];
     if (!pick_name(s, c, r, name, sizeof name)) {
@@ -231,6 +275,25 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     int32_t model = srv_model_of_req(s, c, r);
     if (model < 0) {
         return; /* replied */
+    }
+    int32_t asr = -1;
+    if (r->present & RILL_PROTO_HAS_ASR) {
+        asr = srv_model_find(s, r->asr.p, r->asr.len);
+        char msg[160];
+        if (asr < 0 || !s->models[asr].is_asr || s->models[model].is_asr) {
+            snprintf(msg, sizeof msg,
+                     asr < 0 ? "no model named %.*s (server.stats lists them)"
+                     : !s->models[asr].is_asr
+                         ? "args.asr: %.*s is not a Whisper model"
+                         : "args.asr: the session's model is itself a recognizer (%.*s)",
+                     (int)r->asr.len, r->asr.p);
+            srv_reply_err(s, &c->from, r->id, asr < 0 ? RILL_ENOTFOUND : RILL_EINVAL, msg);
+            return;
+        }
+    }
+    if (s->models[model].is_asr) {
+        create_transcript_only(s, c, r, name, model);
+        return;
     }
     srv_sess_t *x = srv_new_sess(s);
     if (x == NULL) {
@@ -267,13 +330,14 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     snprintf(base, sizeof base, "%s.base", logp);
     unlink(base);
     rill_sched_session_params_t sp = rill_sched_session_default_params();
-    sp.model = model;
+    sp.model = m->sched;
     sp.session.window = x->window;
     sp.session.n_sink = x->window > 0 ? x->sinks : 0;
     sp.session.prompt = prompt;
     sp.session.n_prompt = (int32_t)n_prompt;
     sp.log_path = logp;
     sp.fsync = s->p.fsync;
+    x->asr_model = asr; /* for the metadata; the recognizer comes after */
     rill_err_t err = srv_session_create(s, &sp, &x->sid);
     rill_free(prompt);
     if (err != RILL_OK) {
@@ -281,6 +345,14 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     } else if ((err = srv_write_meta(s, x)) != RILL_OK) {
         snprintf(msg, sizeof msg, "writing the session's metadata failed");
         rill_sched_session_close(s->sch, x->sid);
+    } else if (asr >= 0) {
+        const char *why = "";
+        x->asr_model = -1;
+        if ((err = srv_speech_attach(s, x, asr, &why)) != RILL_OK) {
+            snprintf(msg, sizeof msg, "recognizer: %s", why);
+            rill_sched_session_close(s->sch, x->sid);
+            srv_remove_files(s, x->name);
+        }
     }
     if (err != RILL_OK) {
         srv_free_sess(x);
@@ -290,15 +362,20 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     srv_link_sess(s, x);
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 2);
+    msgpack_pack_map(&pk, asr >= 0 ? 3 : 2);
     srv_pk_kv_str(&pk, "session", x->name);
     srv_pk_kv_str(&pk, "model", m->name);
+    if (asr >= 0) {
+        srv_pk_kv_str(&pk, "asr", s->models[asr].name);
+    }
     srv_reply_send(s, &c->from);
 }
 
 static void do_close(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x) {
-    /* pending requests of it end through the engine (ECANCELED) */
-    rill_err_t err = rill_sched_session_close(s->sch, x->sid);
+    /* its recognizer first (its last updates are published), then pending requests of it end
+     * through the engine (ECANCELED) */
+    srv_speech_detach(s, x);
+    rill_err_t err = x->sid != 0 ? rill_sched_session_close(s->sch, x->sid) : RILL_OK;
     srv_events_drain(s);
     for (srv_sess_t **pp = &s->sessions; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == x) {
@@ -350,14 +427,22 @@ static void do_list(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
 
 static void do_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x) {
     rill_sched_session_info_t info;
-    rill_err_t err = rill_sched_session_info(s->sch, x->sid, &info);
+    memset(&info, 0, sizeof info);
+    rill_err_t err = x->sid != 0 ? rill_sched_session_info(s->sch, x->sid, &info) : RILL_OK;
     if (err != RILL_OK) {
         srv_reply_err(s, &c->from, r->id, err, "");
         return;
     }
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 11);
+    msgpack_pack_map(&pk, 13);
+    srv_speech_pack_stats(s, &pk, x);
+    srv_pk_str(&pk, "transcript_only");
+    if (x->sid == 0) {
+        msgpack_pack_true(&pk);
+    } else {
+        msgpack_pack_false(&pk);
+    }
     srv_pk_kv_int(&pk, "version", info.version);
     srv_pk_kv_int(&pk, "n_seen", info.st.n_seen);
     srv_pk_kv_int(&pk, "n_resident", info.st.n_resident);
@@ -475,11 +560,18 @@ static void pack_models(srv_t *s, msgpack_packer *pk) {
     msgpack_pack_array(pk, (size_t)s->n_models);
     for (int32_t i = 0; i < s->n_models; i++) {
         rill_sched_model_info_t mi;
-        if (rill_sched_model_info(s->sch, i, &mi) != RILL_OK) {
+        if (s->models[i].sched < 0 ||
+            rill_sched_model_info(s->sch, s->models[i].sched, &mi) != RILL_OK) {
             memset(&mi, 0, sizeof mi);
         }
-        msgpack_pack_map(pk, 10);
+        if (s->models[i].is_asr) { /* its sessions: those with a recognizer of it */
+            for (const srv_sess_t *y = s->sessions; y != NULL; y = y->next) {
+                mi.n_sessions += y->asr_model == i;
+            }
+        }
+        msgpack_pack_map(pk, 11);
         srv_pk_kv_str(pk, "name", s->models[i].name);
+        srv_pk_kv_str(pk, "kind", s->models[i].is_asr ? "asr" : "llm");
         srv_pk_kv_str(pk, "file", s->models[i].path);
         srv_pk_kv_str(pk, "chat_template",
                       s->models[i].chat != NULL
@@ -559,6 +651,15 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
         s->replying = 0;
         return; /* replied */
     }
+    if (x != NULL && x->sid == 0 && r.cmd != RILL_PROTO_SESSION_CLOSE &&
+        r.cmd != RILL_PROTO_SESSION_STATS && r.cmd != RILL_PROTO_INGEST_AUDIO) {
+        srv_reply_err(s, &c->from, r.id, RILL_EUNSUPPORTED,
+                      "the session is transcript-only (created on a Whisper model): it takes "
+                      "ingest.audio, session.stats and session.close; for questions create a "
+                      "language model's session with asr: NAME");
+        s->replying = 0;
+        return;
+    }
     switch (r.cmd) {
     case RILL_PROTO_SESSION_CREATE:
         do_create(s, c, &r);
@@ -604,6 +705,9 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
         break;
     case RILL_PROTO_SERVER_METRICS:
         srv_cmd_metrics(s, c, &r);
+        break;
+    case RILL_PROTO_INGEST_AUDIO:
+        srv_cmd_ingest_audio(s, c, &r, x);
         break;
     case RILL_PROTO_N_CMDS:
         break;

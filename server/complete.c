@@ -125,7 +125,7 @@ static srv_tmpl_t *tmpl_get(srv_t *s, int32_t model, const char *system, size_t 
     memcpy(copy, system, len);
     copy[len] = '\0';
     rill_sched_session_params_t sp = rill_sched_session_default_params();
-    sp.model = model;
+    sp.model = m->sched;
     sp.session.window = s->p.default_window;
     sp.session.n_sink = s->p.default_window > 0 ? s->p.default_sinks : 0;
     sp.session.prompt = ids;
@@ -214,6 +214,11 @@ void srv_cmd_complete(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
         return;
     }
     const srv_model_t *m = &s->models[model];
+    if (m->is_asr) {
+        srv_reply_err(s, &c->from, r->id, RILL_EINVAL,
+                      "model is a Whisper model (a recognizer): complete needs a language model");
+        return;
+    }
     if (chat && m->chat == NULL) {
         srv_reply_err(s, &c->from, r->id, RILL_EUNSUPPORTED,
                       "this model has no chat template rill renders: use a plain prompt "

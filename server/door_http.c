@@ -971,7 +971,7 @@ static void dispatch(hdoor_t *h, hreq_t *q) {
                  (unsigned long long)q->id);
         q->created = (int64_t)time(NULL);
         if (q->model[0] == '\0') {
-            snprintf(q->model, sizeof q->model, "%s", s->models[0].name);
+            snprintf(q->model, sizeof q->model, "%s", s->models[s->default_llm].name);
         }
     } else if (q->route == R_ASK || q->route == R_STANDING) {
         json_t *st = json_object_get(args, "stream");

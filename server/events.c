@@ -1,6 +1,7 @@
 /*
  * events.c - what the scheduler's engine thread hands to rilld's socket thread (contract:
- * server_internal.h): answer tokens as they are decoded and answers as they end.
+ * server_internal.h): answer tokens as they are decoded and answers as they end (and, through
+ * speech.c's list of the same kind, transcript updates).
  *
  * Two queues with two overflow policies, because the two kinds of event differ:
  *   tokens   a bounded lock-free SPSC ring (core/rill_ring.h; the engine thread is the only
@@ -36,6 +37,7 @@
 int srv_events_init(srv_t *s) {
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     atomic_init(&s->dones, NULL);
+    atomic_init(&s->trs, NULL);
     atomic_init(&s->signalled, 0);
     atomic_init(&s->engine_drops, 0);
     if (s->efd < 0 || rill_ring_init(&s->tok_ring, RILL_MEM_SERVER, sizeof(srv_tok_t),
@@ -56,6 +58,7 @@ static void free_dones(srv_done_t *e) {
 
 void srv_events_deinit(srv_t *s) {
     free_dones(atomic_exchange(&s->dones, NULL));
+    srv_transcripts_free(s);
     rill_ring_deinit(&s->tok_ring);
     if (s->efd >= 0) {
         close(s->efd);
@@ -63,7 +66,7 @@ void srv_events_deinit(srv_t *s) {
     }
 }
 
-static void wake(srv_t *s) {
+void srv_events_wake(srv_t *s) {
     if (atomic_exchange(&s->signalled, 1) == 0) {
         uint64_t one = 1;
         ssize_t w = write(s->efd, &one, sizeof one);
@@ -78,7 +81,7 @@ void srv_cb_token(void *user, rill_sched_rid_t rid, int32_t token) {
         atomic_fetch_add(&s->engine_drops, 1);
         return;
     }
-    wake(s);
+    srv_events_wake(s);
 }
 
 void srv_cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a) {
@@ -104,7 +107,7 @@ void srv_cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a)
     do {
         e->next = head;
     } while (!atomic_compare_exchange_weak(&s->dones, &head, e));
-    wake(s);
+    srv_events_wake(s);
 }
 
 void srv_events_drain(srv_t *s) {
@@ -113,6 +116,7 @@ void srv_events_drain(srv_t *s) {
     (void)r;
     atomic_store(&s->signalled, 0);
     srv_done_t *dones = atomic_exchange(&s->dones, NULL); /* before the ring: see the top */
+    srv_transcripts_drain(s);
     srv_tok_t t[256];
     for (size_t n; (n = rill_ring_pop_n(&s->tok_ring, t, 256)) > 0;) {
         for (size_t i = 0; i < n; i++) {

@@ -283,8 +283,9 @@ void srv_cmd_metrics(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     for (int32_t i = 0; i < s->n_models; i++) {
         srv_metrics_model_t *x = &m->models[i];
         rill_sched_model_info_t mi;
-        if (rill_sched_model_info(s->sch, i, &mi) != RILL_OK) {
-            memset(&mi, 0, sizeof mi);
+        if (s->models[i].sched < 0 ||
+            rill_sched_model_info(s->sch, s->models[i].sched, &mi) != RILL_OK) {
+            memset(&mi, 0, sizeof mi); /* a recognizer has no pages or passes of its own */
         }
         x->name = s->models[i].name;
         x->steps = mi.steps;

@@ -5,6 +5,12 @@
  * backend (one device, one engine thread: scheduler/rill_scheduler.h "Several models"). The
  * first model is the default. Names are what clients pass as session.create's `model` and what
  * server.stats lists.
+ *
+ * A Whisper model (architecture "whisper") is a recognizer, not a language model: it gets a
+ * rill_whisper_t over the same backend instead of a forward pass and a KV pool, and no index in
+ * the scheduler's model list (srv_model_t.sched is -1); its sessions' recognizers run on the
+ * engine thread (rill_sched_asr_attach). At least one language model is required, since the
+ * scheduler runs over language models' pools.
  */
 #include <stdio.h>
 #include <string.h>
@@ -85,6 +91,10 @@ static int load(srv_t *s, int32_t i) {
         RILL_LOGE("rilld: %s: %s", pm->path, rill_last_error(RILL_OK));
         return -1;
     }
+    if (rill_model_whisper_hparams(m->model) != NULL) {
+        m->is_asr = true; /* its tokenizer is rill_whisper's, made with it */
+        return 0;
+    }
     if (rill_tokenizer_new(rill_model_gguf(m->model), &m->tok) != RILL_OK) {
         RILL_LOGE("rilld: %s: tokenizer: %s", pm->path, rill_last_error(RILL_OK));
         return -1;
@@ -98,10 +108,18 @@ static int load(srv_t *s, int32_t i) {
     return 0;
 }
 
-/* Model i's forward pass and KV pool over s->be. */
+/* Model i's forward pass and KV pool over s->be (a recognizer: its rill_whisper_t). */
 static int load_engine(srv_t *s, int32_t i) {
     const rill_server_model_t *pm = &s->p.models[i];
     srv_model_t *m = &s->models[i];
+    if (m->is_asr) {
+        rill_err_t err = rill_whisper_new(m->model, s->be, NULL, &m->whisper);
+        if (err != RILL_OK) {
+            RILL_LOGE("rilld: %s: %s", pm->path, rill_last_error(err));
+            return -1;
+        }
+        return 0;
+    }
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = s->p.kv_cells;
     pp.tokenizer = m->tok;
@@ -130,11 +148,26 @@ int srv_models_start(srv_t *s) {
     bp.cpu.n_threads = s->p.threads;
     bp.max_batch = 256;
     bp.attn = s->p.attn;
+    int32_t n_llm = 0;
     for (int32_t i = 0; i < s->n_models; i++) {
-        /* the widest matmul input of any model (Qwen2.5-1.5B's FFN: 8960, over the default) */
+        /* the widest matmul input of any model (Qwen2.5-1.5B's FFN: 8960, over the default;
+         * Whisper's: its FFN widths and 3 * n_audio_state, rill_whisper_new's rule) */
         const rill_hparams_t *hp = rill_model_hparams(s->models[i].model);
         int64_t widest = hp->n_ff > hp->n_embd ? hp->n_ff : hp->n_embd;
+        const rill_whisper_hparams_t *wh = rill_model_whisper_hparams(s->models[i].model);
+        if (wh != NULL) {
+            const int64_t w3 = 3 * (int64_t)wh->n_audio_state;
+            widest = wh->n_audio_ff > widest ? wh->n_audio_ff : widest;
+            widest = wh->n_text_ff > widest ? wh->n_text_ff : widest;
+            widest = w3 > widest ? w3 : widest;
+        }
         bp.max_n_in = widest > bp.max_n_in ? widest : bp.max_n_in;
+        s->models[i].sched = s->models[i].is_asr ? -1 : n_llm++;
+    }
+    if (n_llm == 0) {
+        RILL_LOGE("rilld: every --model is a Whisper model; give a language model too (the "
+                  "scheduler runs over language models; recognizers feed their sessions)");
+        return -1;
     }
     rill_err_t err = rill_backend_new(&bp, &s->be);
     if (err != RILL_OK) {
@@ -151,14 +184,21 @@ int srv_models_start(srv_t *s) {
     }
     rill_sched_model_t ms[RILL_SERVER_MAX_MODELS];
     for (int32_t i = 0; i < s->n_models; i++) {
-        ms[i] = (rill_sched_model_t){ .name = s->models[i].name, .pool = s->models[i].pool };
+        if (s->models[i].sched >= 0) {
+            ms[s->models[i].sched] =
+                (rill_sched_model_t){ .name = s->models[i].name, .pool = s->models[i].pool };
+        }
+    }
+    s->default_llm = -1;
+    for (int32_t i = 0; i < s->n_models && s->default_llm < 0; i++) {
+        s->default_llm = s->models[i].sched >= 0 ? i : -1;
     }
     rill_sched_params_t sp = rill_sched_default_params();
     sp.max_delay_ns = s->p.max_delay_ms * 1000000;
     sp.standing_min_interval_ns = s->p.standing_interval_ms * 1000000;
     sp.standing_max_share = s->p.standing_share;
     sp.max_sessions = s->p.max_sessions;
-    err = rill_sched_new_models(ms, s->n_models, &sp, &s->sch);
+    err = rill_sched_new_models(ms, n_llm, &sp, &s->sch);
     if (err != RILL_OK) {
         RILL_LOGE("rilld: scheduler start-up failed: %s", rill_strerror(err));
         return -1;
@@ -172,6 +212,7 @@ void srv_models_stop(srv_t *s) {
         srv_model_t *m = &s->models[i];
         rill_session_pool_destroy(&m->pool);
         rill_forward_destroy(&m->fw);
+        rill_whisper_destroy(&m->whisper);
         rill_chat_destroy(&m->chat);
         rill_tokenizer_destroy(&m->tok);
         rill_model_destroy(&m->model);

@@ -3,7 +3,8 @@
  * section 6; the wire contract is docs/protocol.md).
  *
  * rill_server_run() loads its models (one or more, e.g. a speech recognizer and a language model;
- * each gets its own KV pool, all share one backend), starts the scheduler over them
+ * each language model gets its own KV pool, a Whisper model a recognizer binding, all share one
+ * backend; at least one language model is required), starts the scheduler over them
  * (scheduler/rill_scheduler.h), restores the sessions of the state directory, binds a ROUTER
  * socket for requests and an XPUB socket for events, and serves until *stop becomes non-zero (a
  * signal handler sets it); then it stops taking requests, snapshots every session, closes their

@@ -102,6 +102,10 @@ static int start(srv_t *s) {
 static void shutdown_all(srv_t *s) {
     if (s->sch != NULL) {
         for (srv_sess_t *x = s->sessions; x != NULL; x = x->next) {
+            srv_speech_detach(s, x); /* before the models: recognizers use a model's whisper */
+            if (x->sid == 0) {
+                continue; /* transcript-only: no state to keep */
+            }
             char path[4096];
             srv_state_path(s, x->name, ".snap", path, sizeof path);
             rill_err_t err = rill_sched_session_snapshot(s->sch, x->sid, path);

@@ -4,7 +4,7 @@
  * The files, one job each:
  *   server.c    rill_server_run: start-up, the socket thread's poll loop, shutdown
  *   models.c    the model registry: every --model loaded once (tokenizer, chat template,
- *               forward, session pool) over one backend
+ *               forward, session pool; a Whisper model: its rill_whisper_t) over one backend
  *   metrics.c   server.metrics: the figures in the Prometheus text format
  *   commands.c  the transport-neutral command layer: a request frame in (decoded and checked by
  *               wire/'s rill_proto_decode), ownership checked, the command carried out through
@@ -14,6 +14,7 @@
  *               fixed format), their answers as tokens arrive and when they end
  *   events.c    the engine thread's callbacks and the bounded queue that carries their events
  *               to the socket thread
+ *   speech.c    speech sessions: a session's recognizer, ingest.audio, transcript events
  *   state.c     the state directory: session metadata, standing queries, restore at start-up
  *   door_zmq.c  the ZeroMQ front door: ROUTER requests, XPUB events, CURVE subscriptions
  *   auth.c      CURVE keys and the ZAP handler
@@ -31,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rill_audio.h"
 #include "rill_chat.h"
 #include "rill_forward.h"
 #include "rill_hist.h"
@@ -41,6 +43,7 @@
 #include "rill_scheduler.h"
 #include "rill_server.h"
 #include "rill_tokenizer.h"
+#include "rill_whisper.h"
 
 #define SRV_OWNER_LEN   41  /* an owner name (1..40 bytes) + NUL; "" for the anonymous owner */
 #define SRV_ADDR_MAX    264 /* bytes of a door's reply address */
@@ -91,6 +94,9 @@ typedef struct srv_model {
     rill_chat_t *chat; /* NULL: the model has no chat template rill renders */
     rill_forward_t *fw;
     rill_session_pool_t *pool;
+    bool is_asr;             /* a Whisper model: a recognizer (whisper), no fw, pool, tok */
+    rill_whisper_t *whisper; /* recognizers only; used by the engine thread alone */
+    int32_t sched;           /* its index in the scheduler's models (-1: a recognizer) */
 } srv_model_t;
 
 /* Loads every model of s->p over one backend and starts the scheduler over their pools.
@@ -114,6 +120,16 @@ typedef struct srv_sess {
     int32_t window, sinks;
     rill_market_gov_t *gov;
     uint64_t seq_token, seq_answer, seq_standing; /* per-topic event numbers */
+    /* speech (server/speech.c); sid 0: a transcript-only session (created on a recognizer) */
+    uint64_t key;                      /* unique per record: transcript events find it by it */
+    int32_t asr_model;                 /* index in s->models of its recognizer (-1: none) */
+    rill_sched_asr_t *asr;             /* its recognizer (NULL: none) */
+    struct srv_asr_ctx *asr_ctx;       /* the recognizer's callback argument */
+    rill_audio_packet_decoder_t *pdec; /* the current stream's packets (NULL: none yet) */
+    float *pcm;                        /* [pcm_cap] decoded samples of one packet */
+    size_t pcm_cap;
+    rill_audio_stats_t audio; /* counters of the streams before pdec's */
+    uint64_t seq_transcript;
 } srv_sess_t;
 
 /* complete's shared prompts: a session no client sees, per model and system prompt, that
@@ -191,12 +207,26 @@ typedef struct srv_tok {
 
 #define SRV_TOKEN_RING 8192
 
+/* A transcript update (speech.c: the recognizer's callback), one per update: never dropped;
+ * bounded by the updates the engine makes, at most one per recognizer step. */
+typedef struct srv_tr {
+    struct srv_tr *next;
+    uint64_t key; /* the session's srv_sess_t.key */
+    rill_err_t status, consumer_status;
+    bool final;
+    int64_t audio_ms, version;
+    char *committed, *tentative; /* into the record's own allocation */
+    size_t committed_len, tentative_len;
+    char message[160];
+} srv_tr_t;
+
 /* ---- the server ---------------------------------------------------------------------------- */
 
 struct srv {
     rill_server_params_t p;
     srv_model_t models[RILL_SERVER_MAX_MODELS];
     int32_t n_models;
+    int32_t default_llm; /* the first language model (complete's default) */
     rill_backend_t *be;
     rill_sched_t *sch;
     rill_proto_dec_t *dec;
@@ -217,6 +247,8 @@ struct srv {
     int efd;
     rill_ring_t tok_ring;          /* engine -> socket: answer tokens (bounded) */
     _Atomic(srv_done_t *) dones;   /* engine -> socket: finished answers, newest first */
+    _Atomic(srv_tr_t *) trs;       /* engine -> socket: transcript updates, newest first */
+    uint64_t next_key;             /* srv_sess_t.key */
     atomic_int signalled;          /* the socket thread has been woken and not drained yet */
     _Atomic(int64_t) engine_drops; /* tokens the full ring refused */
     /* counters */
@@ -350,6 +382,9 @@ rill_err_t srv_session_create(srv_t *s, const rill_sched_session_params_t *sp,
 int srv_events_init(srv_t *s);
 void srv_events_deinit(srv_t *s);
 
+/* Wakes the socket thread (its eventfd), once per drain. Any thread. */
+void srv_events_wake(srv_t *s);
+
 /* The scheduler's callbacks (engine thread); user is the srv_t. */
 void srv_cb_token(void *user, rill_sched_rid_t rid, int32_t token);
 void srv_cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a);
@@ -358,6 +393,32 @@ void srv_cb_done(void *user, rill_sched_rid_t rid, const rill_sched_answer_t *a)
  * thread; call when the eventfd is readable, and after a blocking scheduler call that ends
  * requests (close, unregister) before dropping their records. */
 void srv_events_drain(srv_t *s);
+
+/* ---- speech.c: recognizers of sessions, ingest.audio ---------------------------------------- */
+
+/* Attaches a recognizer of model asr_model (a Whisper model) to x; consumer: x's own scheduler
+ * session (x->sid; 0 for a transcript-only session). RILL_OK, or the error with *why set. */
+rill_err_t srv_speech_attach(srv_t *s, srv_sess_t *x, int32_t asr_model, const char **why);
+
+/* Detaches x's recognizer (blocking: no update of it arrives afterwards) and frees its packet
+ * decoder; its queued transcript events are published first. NULL-safe parts. */
+void srv_speech_detach(srv_t *s, srv_sess_t *x);
+
+/* The command ingest.audio on the caller's session x. */
+void srv_cmd_ingest_audio(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, srv_sess_t *x);
+
+/* session.stats' "asr" value: a map of the packet and recognizer counters (nil without one). */
+void srv_speech_pack_stats(srv_t *s, msgpack_packer *pk, srv_sess_t *x);
+
+/* The recognizers' callback (engine thread); user is the session's srv_asr_ctx. */
+void srv_cb_transcript(void *user, const rill_sched_asr_update_t *u);
+
+/* Publishes every queued transcript update as a <session>/transcript event (socket thread;
+ * srv_events_drain calls it). */
+void srv_transcripts_drain(srv_t *s);
+
+/* Frees the updates still queued (shutdown). */
+void srv_transcripts_free(srv_t *s);
 
 /* ---- state.c ------------------------------------------------------------------------------- */
 

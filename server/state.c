@@ -51,8 +51,10 @@ typedef struct meta_ctx {
 
 static bool meta_body(FILE *f, const void *ctx) {
     const meta_ctx_t *c = ctx;
-    return fprintf(f, "%s %d %d %s\n", c->x->owner[0] != '\0' ? c->x->owner : "-", c->x->window,
-                   c->x->sinks, c->s->models[c->x->model].name) > 0;
+    /* a fifth field names the recognizer (older readers read four and ignore it) */
+    return fprintf(f, "%s %d %d %s%s%s\n", c->x->owner[0] != '\0' ? c->x->owner : "-", c->x->window,
+                   c->x->sinks, c->s->models[c->x->model].name, c->x->asr_model >= 0 ? " " : "",
+                   c->x->asr_model >= 0 ? c->s->models[c->x->asr_model].name : "") > 0;
 }
 
 rill_err_t srv_write_meta(srv_t *s, const srv_sess_t *x) {
@@ -160,10 +162,12 @@ static int restore_standing(srv_t *s, srv_sess_t *x) {
 
 /* Reads NAME.meta into x; false (logged) when it is unreadable or names a model not loaded. */
 static bool read_meta(srv_t *s, srv_sess_t *x) {
-    char path[4096], owner[64] = "", model[RILL_SCHED_MODEL_NAME + 1] = "";
+    char path[4096], owner[64] = "", model[RILL_SCHED_MODEL_NAME + 1] = "",
+                     asr[RILL_SCHED_MODEL_NAME + 1] = "";
     srv_state_path(s, x->name, ".meta", path, sizeof path);
     FILE *f = fopen(path, "r");
-    int got = f != NULL ? fscanf(f, "%63s %d %d %64s", owner, &x->window, &x->sinks, model) : 0;
+    int got =
+        f != NULL ? fscanf(f, "%63s %d %d %64s %64s", owner, &x->window, &x->sinks, model, asr) : 0;
     if (f != NULL) {
         fclose(f);
     }
@@ -171,7 +175,19 @@ static bool read_meta(srv_t *s, srv_sess_t *x) {
         RILL_LOGE("rilld: %s: unreadable metadata, session skipped", path);
         return false;
     }
-    x->model = got == 4 ? srv_model_find(s, model, strlen(model)) : 0;
+    /* written before models had names: the default language model */
+    x->model = got >= 4 ? srv_model_find(s, model, strlen(model)) : s->default_llm;
+    x->asr_model = got == 5 ? srv_model_find(s, asr, strlen(asr)) : -1;
+    if (got == 5 && (x->asr_model < 0 || !s->models[x->asr_model].is_asr)) {
+        RILL_LOGE("rilld: session %s's recognizer %s is not loaded: restored without one", x->name,
+                  asr);
+        x->asr_model = -1;
+    }
+    if (x->model >= 0 && s->models[x->model].is_asr) {
+        RILL_LOGE("rilld: session %s names the recognizer %s as its model: session skipped",
+                  x->name, model);
+        return false;
+    }
     if (x->model < 0) {
         RILL_LOGE("rilld: session %s is on model %s, which is not loaded: session skipped "
                   "(its files are kept)",
@@ -216,9 +232,9 @@ void srv_restore_all(srv_t *s) {
         if (access(snap, F_OK) != 0) {
             srv_state_path(s, x->name, ".log.base", snap, sizeof snap);
         }
-        rill_err_t err =
-            rill_sched_session_restore(s->sch, x->model, access(snap, F_OK) == 0 ? snap : NULL,
-                                       access(logp, F_OK) == 0 ? logp : NULL, s->p.fsync, &x->sid);
+        rill_err_t err = rill_sched_session_restore(
+            s->sch, s->models[x->model].sched, access(snap, F_OK) == 0 ? snap : NULL,
+            access(logp, F_OK) == 0 ? logp : NULL, s->p.fsync, &x->sid);
         if (err != RILL_OK) {
             RILL_LOGE("rilld: session %s not restored: %s %s", x->name, rill_err_name(err),
                       rill_last_error(err));
@@ -226,6 +242,15 @@ void srv_restore_all(srv_t *s) {
             continue;
         }
         srv_link_sess(s, x);
+        if (x->asr_model >= 0) {
+            /* a new recognizer: what the old one left tentative stays as the session's text */
+            const char *why = "";
+            const int32_t asr = x->asr_model;
+            x->asr_model = -1;
+            if (srv_speech_attach(s, x, asr, &why) != RILL_OK) {
+                RILL_LOGE("rilld: session %s: recognizer not attached: %s", x->name, why);
+            }
+        }
         int n_standing = restore_standing(s, x);
         if (n_standing < 0) {
             RILL_LOGE("rilld: session %s: unreadable %s.standing, its later standing queries "

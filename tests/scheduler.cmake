@@ -11,3 +11,8 @@ rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS u
 # LibriVox clip (against faster-whisper's transcripts), a 10-minute stream's memory, forced
 # trims, bad input, failed allocations. Exits 77 without models/whisper-tiny.en.gguf.
 rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIMEOUT 900)
+# Recognizers as an engine work class (rill_scheduler.h "speech recognizers"): a consumer
+# session fed the transcript (against rill_asr driven directly), other sessions not held up,
+# bad feeds, failed allocations. Exits 77 without whisper-tiny.en or the tiny test models.
+rill_test(test_sched_speech SOURCES test_sched_speech.c LIBS rill_scheduler LABELS integration
+          TIMEOUT 600)

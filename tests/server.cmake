@@ -45,3 +45,15 @@ foreach(t commands complete errors events gaps curve fake install)
     set_tests_properties(test_python_client_${t} PROPERTIES TIMEOUT 300 LABELS "integration"
                          SKIP_RETURN_CODE 77)
 endforeach()
+# Speech sessions over loopback (tests/test_server_speech.py): a LibriVox clip as pcm16 and Opus
+# packets into a transcript-only session and a language model's session with a recognizer,
+# against `rill transcribe --json`; hostile ingest.audio frames; a client vanishing mid-stream;
+# a restart.
+# Skips without whisper-tiny.en, the clip, or PyAV and numpy in .venv.
+foreach(t pcm16 opus hostile vanish restart)
+    add_test(NAME test_server_speech_${t}
+             COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_speech.py
+                     $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})
+    set_tests_properties(test_server_speech_${t} PROPERTIES TIMEOUT 300 LABELS "integration"
+                         SKIP_RETURN_CODE 77)
+endforeach()

@@ -439,6 +439,76 @@ START_TEST(proto_decodes_every_command) {
     ck_assert(str_is(r.text, "caf\xc3\xa9") && r.flush);
     req_end(&q);
 
+    /* session.create's asr; ingest.audio's packet fields, and a flush alone */
+    req_begin(&q, "session.create", 1);
+    pk_s(&q.pk, "asr");
+    pk_s(&q.pk, "whisper-tiny.en");
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
+    ck_assert_uint_eq(r.present, RILL_PROTO_HAS_ASR);
+    ck_assert(str_is(r.asr, "whisper-tiny.en"));
+    req_end(&q);
+    req_begin(&q, "ingest.audio", 6);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "codec");
+    pk_s(&q.pk, "opus");
+    pk_s(&q.pk, "rate");
+    msgpack_pack_uint32(&q.pk, 48000);
+    pk_s(&q.pk, "channels");
+    msgpack_pack_uint8(&q.pk, 2);
+    pk_s(&q.pk, "seq");
+    msgpack_pack_uint64(&q.pk, (uint64_t)INT64_MAX - 1);
+    pk_s(&q.pk, "data");
+    msgpack_pack_bin(&q.pk, 3);
+    msgpack_pack_bin_body(&q.pk, "\x01\x00\xff", 3);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
+    ck_assert_int_eq(r.cmd, RILL_PROTO_INGEST_AUDIO);
+    ck_assert_str_eq(rill_proto_cmd_name(r.cmd), "ingest.audio");
+    ck_assert_uint_eq(r.present, RILL_PROTO_HAS_SESSION | RILL_PROTO_HAS_PACKET);
+    ck_assert(str_is(r.codec, "opus") && !r.flush);
+    ck_assert_int_eq(r.rate, 48000);
+    ck_assert_int_eq(r.channels, 2);
+    ck_assert_int_eq(r.seq, INT64_MAX - 1);
+    ck_assert_uint_eq(r.data_len, 3);
+    ck_assert(memcmp(r.data, "\x01\x00\xff", 3) == 0);
+    req_end(&q);
+    req_begin(&q, "ingest.audio", 2);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "flush");
+    msgpack_pack_true(&q.pk);
+    ck_assert_msg(decode(d, &q, &r) == RILL_OK, "%s", rill_last_error(RILL_OK));
+    ck_assert(r.flush && !(r.present & RILL_PROTO_HAS_PACKET));
+    req_end(&q);
+    /* refused: no packet and no flush, half a packet, data as str, seq past the range */
+    req_begin(&q, "ingest.audio", 1);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_EINVAL);
+    ck_assert_ptr_nonnull(strstr(rill_last_error(RILL_EINVAL), "flush: true"));
+    req_end(&q);
+    req_begin(&q, "ingest.audio", 2);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "codec");
+    pk_s(&q.pk, "pcm16");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_EINVAL);
+    req_end(&q);
+    req_begin(&q, "ingest.audio", 2);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "data");
+    pk_s(&q.pk, "abc");
+    ck_assert_int_eq(decode(d, &q, &r), RILL_EFORMAT);
+    req_end(&q);
+    req_begin(&q, "ingest.audio", 2);
+    pk_s(&q.pk, "session");
+    pk_s(&q.pk, "s");
+    pk_s(&q.pk, "seq");
+    msgpack_pack_uint64(&q.pk, (uint64_t)INT64_MAX);
+    ck_assert_int_eq(decode(d, &q, &r), RILL_ERANGE);
+    req_end(&q);
+
     /* ingest.ticks: the array comes back re-packed, byte for byte here (canonical input) */
     rill_tick_t t[2] = { test_tick("AAPL", 5, 187.5, 100, RILL_SIDE_BUY),
                          test_tick("MSFT", 6, 401.25, 3, RILL_SIDE_UNKNOWN) };

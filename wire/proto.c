@@ -35,7 +35,7 @@ static const char *const k_cmd[RILL_PROTO_N_CMDS] = {
     "standing.register", "standing.unregister",
     "standing.list",     "server.stats",
     "ingest.replace",    "complete",
-    "server.metrics",
+    "server.metrics",    "ingest.audio",
 };
 
 /* Arguments, and which commands take them (R required, O optional). */
@@ -59,14 +59,21 @@ typedef enum arg {
     A_SEED,
     A_STOP,
     A_CONSISTENCY,
+    A_ASR,
+    A_CODEC,
+    A_RATE,
+    A_CHANNELS,
+    A_SEQ,
+    A_DATA,
     A_COUNT
 } arg_t;
 
-static const char *const k_arg[A_COUNT] = { "session",    "window",   "sinks",       "system",
-                                            "text",       "flush",    "ticks",       "question",
-                                            "max_tokens", "qid",      "model",       "from_version",
-                                            "prompt",     "messages", "temperature", "top_p",
-                                            "seed",       "stop",     "consistency" };
+static const char *const k_arg[A_COUNT] = {
+    "session",     "window",     "sinks", "system", "text",         "flush",  "ticks",
+    "question",    "max_tokens", "qid",   "model",  "from_version", "prompt", "messages",
+    "temperature", "top_p",      "seed",  "stop",   "consistency",  "asr",    "codec",
+    "rate",        "channels",   "seq",   "data"
+};
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
 static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
@@ -74,7 +81,8 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
                                     [A_WINDOW] = 1,
                                     [A_SINKS] = 1,
                                     [A_SYSTEM] = 1,
-                                    [A_MODEL] = 1 },
+                                    [A_MODEL] = 1,
+                                    [A_ASR] = 1 },
     [RILL_PROTO_SESSION_CLOSE] = { [A_SESSION] = 2 },
     [RILL_PROTO_SESSION_LIST] = { 0 },
     [RILL_PROTO_SESSION_STATS] = { [A_SESSION] = 2 },
@@ -99,6 +107,13 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
                               [A_SEED] = 1,
                               [A_STOP] = 1 },
     [RILL_PROTO_SERVER_METRICS] = { 0 },
+    [RILL_PROTO_INGEST_AUDIO] = { [A_SESSION] = 2,
+                                  [A_CODEC] = 1,
+                                  [A_RATE] = 1,
+                                  [A_CHANNELS] = 1,
+                                  [A_SEQ] = 1,
+                                  [A_DATA] = 1,
+                                  [A_FLUSH] = 1 },
 };
 
 const char *rill_proto_cmd_name(rill_proto_cmd_t cmd) {
@@ -187,6 +202,8 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
     switch (a) {
     case A_SESSION:
     case A_MODEL:
+    case A_ASR:
+    case A_CODEC:
     case A_SYSTEM:
     case A_TEXT:
     case A_PROMPT:
@@ -207,13 +224,20 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             }
             r->session = s;
             r->present |= RILL_PROTO_HAS_SESSION;
-        } else if (a == A_MODEL) {
+        } else if (a == A_MODEL || a == A_ASR) {
             if (!name_ok(&v->via.str) || v->via.str.size >= RILL_PROTO_MAX_NAME) {
                 return fail(msg, msglen, RILL_EINVAL,
-                            "args.model: 1..63 bytes of [A-Za-z0-9_.-] required");
+                            "args.%s: 1..63 bytes of [A-Za-z0-9_.-] required", k_arg[a]);
             }
-            r->model = s;
-            r->present |= RILL_PROTO_HAS_MODEL;
+            if (a == A_MODEL) {
+                r->model = s;
+                r->present |= RILL_PROTO_HAS_MODEL;
+            } else {
+                r->asr = s;
+                r->present |= RILL_PROTO_HAS_ASR;
+            }
+        } else if (a == A_CODEC) {
+            r->codec = s; /* the packet decoder names the codecs it knows */
         } else if (a == A_SYSTEM) {
             r->system = s;
             r->present |= RILL_PROTO_HAS_SYSTEM;
@@ -409,6 +433,30 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
         r->n_messages = (int32_t)v->via.array.size;
         r->present |= RILL_PROTO_HAS_MESSAGES;
         return RILL_OK;
+    case A_RATE:
+    case A_CHANNELS:
+    case A_SEQ:
+        if (!as_uint(v, &u)) {
+            return fail(msg, msglen, RILL_EFORMAT, "args.%s: must be an unsigned integer",
+                        k_arg[a]);
+        }
+        if (u > (uint64_t)INT64_MAX - 1) {
+            return fail(msg, msglen, RILL_ERANGE, "args.%s: %llu outside [0, 2^63 - 1)", k_arg[a],
+                        (unsigned long long)u);
+        }
+        *(a == A_RATE ? &r->rate : a == A_CHANNELS ? &r->channels : &r->seq) = (int64_t)u;
+        return RILL_OK;
+    case A_DATA:
+        if (v->type != MSGPACK_OBJECT_BIN) {
+            return fail(msg, msglen, RILL_EFORMAT, "args.data: must be bin (the packet's bytes)");
+        }
+        if (v->via.bin.size > RILL_PROTO_MAX_AUDIO) {
+            return fail(msg, msglen, RILL_ERANGE, "args.data: %u bytes (at most %d)",
+                        v->via.bin.size, RILL_PROTO_MAX_AUDIO);
+        }
+        r->data = (const uint8_t *)v->via.bin.ptr;
+        r->data_len = v->via.bin.size;
+        return RILL_OK;
     case A_COUNT:
         break;
     }
@@ -532,6 +580,21 @@ static rill_err_t decode_buf(rill_proto_dec_t *d, const void *buf, size_t len,
         if (k_use[c][a] == 2 && !seen[a]) {
             return fail(msg, msglen, RILL_EINVAL, "%s needs args.%s", k_cmd[c], k_arg[a]);
         }
+    }
+    if (c == RILL_PROTO_INGEST_AUDIO) {
+        /* a packet is all five fields; without one, the request only ends the stream */
+        const int n_packet =
+            seen[A_CODEC] + seen[A_RATE] + seen[A_CHANNELS] + seen[A_SEQ] + seen[A_DATA];
+        if (n_packet != 0 && n_packet != 5) {
+            return fail(msg, msglen, RILL_EINVAL,
+                        "ingest.audio: a packet needs args.codec, rate, channels, seq and data");
+        }
+        if (n_packet == 0 && !req->flush) {
+            return fail(msg, msglen, RILL_EINVAL,
+                        "ingest.audio needs a packet (codec, rate, channels, seq, data) or "
+                        "flush: true");
+        }
+        req->present |= n_packet == 5 ? RILL_PROTO_HAS_PACKET : 0;
     }
     return RILL_OK;
 }

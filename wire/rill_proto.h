@@ -33,6 +33,7 @@ extern "C" {
 #define RILL_PROTO_MAX_MESSAGES 256     /* complete: messages */
 #define RILL_PROTO_MAX_STOP     4       /* complete: stop strings */
 #define RILL_PROTO_MAX_STOP_LEN 256     /* bytes of one */
+#define RILL_PROTO_MAX_AUDIO    1048576 /* bytes of ingest.audio's data */
 
 typedef enum rill_proto_cmd {
     RILL_PROTO_SESSION_CREATE = 0,
@@ -50,6 +51,7 @@ typedef enum rill_proto_cmd {
     RILL_PROTO_INGEST_REPLACE,
     RILL_PROTO_COMPLETE,
     RILL_PROTO_SERVER_METRICS,
+    RILL_PROTO_INGEST_AUDIO,
     RILL_PROTO_N_CMDS
 } rill_proto_cmd_t;
 
@@ -77,6 +79,8 @@ typedef struct rill_proto_str {
 #define RILL_PROTO_HAS_TOP_P       (1u << 10)
 #define RILL_PROTO_HAS_SEED        (1u << 11)
 #define RILL_PROTO_HAS_CONSISTENCY (1u << 12)
+#define RILL_PROTO_HAS_ASR         (1u << 13)
+#define RILL_PROTO_HAS_PACKET      (1u << 14) /* ingest.audio: codec, rate, channels, seq, data */
 
 /* complete: one chat message (role is system, user or assistant). */
 typedef struct rill_proto_msg {
@@ -97,6 +101,15 @@ typedef struct rill_proto_req {
     const void *ticks;    /* ingest.ticks: the ticks array re-encoded as one msgpack buffer
                              (rill_tick_decode's input); borrowed like the strings */
     size_t ticks_len;
+    /* session.create: the recognizer's model (RILL_PROTO_HAS_ASR) */
+    rill_proto_str_t asr;
+    /* ingest.audio (RILL_PROTO_HAS_PACKET: all five given; without them flush must be true).
+     * rate, channels and seq are only checked to be integers in [0, 2^63): the packet decoder
+     * judges them (ingest/rill_audio.h), and codec is the name as sent */
+    rill_proto_str_t codec;
+    int64_t rate, channels, seq;
+    const uint8_t *data; /* borrowed like the strings */
+    size_t data_len;
     /* complete: */
     rill_proto_str_t prompt;
     const rill_proto_msg_t *messages; /* [n_messages], borrowed like the strings */
