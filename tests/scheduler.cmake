@@ -11,3 +11,7 @@ rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS u
 # LibriVox clip (against faster-whisper's transcripts), a 10-minute stream's memory, forced
 # trims, bad input, failed allocations. Exits 77 without models/whisper-tiny.en.gguf.
 rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIMEOUT 900)
+# Endpoint anticipation (scheduler/rill_endpoint.h: predictor and driver, pure logic) and the
+# end-of-turn mass of the scheduler (needs the tiny qwen2 model; those cases are left out
+# without it).
+rill_test(test_endpoint SOURCES test_endpoint.c LIBS rill_scheduler LABELS unit TIMEOUT 300)
