@@ -2,8 +2,11 @@
  * endpoint.c - the end-of-turn predictor and the speculation driver (contract: rill_endpoint.h).
  *
  * The driver keeps no text: the stability features need only whether the recognizer's text
- * changed (a 64-bit FNV-1a hash and the length of the tentative tail, plus whether anything was
- * committed), its word count, and the last non-blank byte of the transcript. So it allocates
+ * changed, and the last non-blank byte of the transcript. The text changed when the words a
+ * step committed, then its tail, differ from the previous tail (local agreement commits words
+ * of the previous hypothesis's tail, so a commit alone moves words without changing the text
+ * a consumer holds); the comparison is of 64-bit FNV-1a hashes, so it needs only the previous
+ * tail's hash. So it allocates
  * nothing after creation whatever the stream's length, and a daemon can keep one per speech
  * session. Rejected: keeping the tentative text to compare (a buffer that grows with the tail,
  * for a comparison a hash makes with one collision in 2^64).
@@ -33,6 +36,7 @@ static const char *const FEATURE_NAMES[RILL_ENDPOINT_N_FEATURES] = {
 
 static const char *const ACTION_NAMES[] = { "none", "start", "commit", "cancel", "end" };
 
+#define FNV_EMPTY  14695981039346656037ull /* FNV-1a's hash of "" */
 #define P_FLOOR    1e-6
 #define STABLE_MAX 5
 #define SINCE_MAX  5.0
@@ -135,7 +139,7 @@ rill_err_t rill_endpoint_new(const rill_endpoint_params_t *params, rill_endpoint
     ep->state = RILL_ENDPOINT_LISTEN;
     ep->last_step_ms = ep->last_obs_ms = -1;
     ep->last_commit_ms = -1;
-    ep->tent_hash = 14695981039346656037ull; /* the hash of "" */
+    ep->tent_hash = FNV_EMPTY;
     *out = ep;
     return RILL_OK;
 }
@@ -147,8 +151,8 @@ void rill_endpoint_destroy(rill_endpoint_t **ep) {
     }
 }
 
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 14695981039346656037ull;
+/* FNV-1a of the bytes hashed into h, then s[0, n). */
+static uint64_t fnv1a_add(uint64_t h, const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     }
@@ -176,9 +180,20 @@ rill_err_t rill_endpoint_observe(rill_endpoint_t *ep, int64_t now_ms, const char
     }
     ep->last_obs_ms = now_ms;
     ep->st.observed++;
-    uint64_t h = fnv1a(tentative_len > 0 ? tentative : "", tentative_len);
+    /* the text is unchanged when the words committed now, then the new tail, are the old
+     * tail: local agreement commits words of the previous hypothesis's tail */
+    size_t skip = 0;
+    while (skip < committed_len && committed[skip] == ' ') {
+        skip++;
+    }
+    uint64_t joined = fnv1a_add(FNV_EMPTY, committed + skip, committed_len - skip);
+    if (committed_len > skip && tentative_len > 0) {
+        joined = fnv1a_add(joined, " ", 1);
+    }
+    joined = fnv1a_add(joined, tentative, tentative_len);
+    uint64_t h = fnv1a_add(FNV_EMPTY, tentative, tentative_len);
     char lc = last_visible(committed != NULL ? committed : "", committed_len);
-    bool changed = lc != 0 || h != ep->tent_hash || tentative_len != ep->tent_len;
+    bool changed = joined != ep->tent_hash;
     if (lc != 0) {
         ep->last_committed = lc;
         ep->last_commit_ms = now_ms;

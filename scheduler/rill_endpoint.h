@@ -19,7 +19,8 @@
  *                   end-of-turn token at its last position (rill_sched_end_mass_t.p_turn)
  *   LOG_P_SENTENCE  ln(max(p_sentence, 1e-6)): its probability of sentence-final punctuation
  *   TENTATIVE_EMPTY 1 when the recognizer's tentative tail is empty, else 0
- *   STABLE_STEPS    recognizer steps since its text last changed, at most 5
+ *   STABLE_STEPS    recognizer steps since its text last changed (as under SPEC below), at
+ *                   most 5
  *   SINCE_COMMIT    seconds since the recognizer last committed words, at most 5
  *   ENDS_SENTENCE   1 when the transcript (committed, then tentative) ends in . ? or !
  * The default coefficients were fitted by tools/fit_endpoint.py on the dev split of the turn
@@ -33,15 +34,16 @@
  *           far as the guess) -> SPEC. A pause reaching confirm_ms: END (the end is confirmed
  *           with nothing speculated: run the reply as a plain turn) -> DONE.
  *   SPEC    a speculation is open. Speech resumes (pause 0): CANCEL (roll it back: it was not
- *           the end) -> LISTEN. The transcript changes (rill_endpoint_observe saw new or
- *           different words): CANCEL (the guess is stale) -> LISTEN, and a later step may START
- *           again on the new text. A pause reaching confirm_ms: COMMIT (commit with the real
- *           input) -> DONE.
- *   DONE    the turn ended; nothing until speech resumes (-> LISTEN, action NONE).
- * So there is at most one speculation open at a time, a START is always followed by exactly
- * one COMMIT or CANCEL, and every confirmed end gives exactly one COMMIT or END. confirm_ms is
- * the fixed silence endpoint the speculation is measured against (700 ms by default): the
- * driver never ends a turn earlier than that, it only moves the reply's compute earlier.
+ *           the end) -> LISTEN. The transcript changes (a recognizer step whose committed
+ *           words followed by its tentative tail differ from the previous tail: new or
+ *           different words; a commit of the tail as it was is no change): CANCEL (the guess
+ *           is stale) -> LISTEN, and a later step may START again on the new text. A pause reaching
+ * confirm_ms: COMMIT (commit with the real input) -> DONE. DONE    the turn ended; nothing until
+ * speech resumes (-> LISTEN, action NONE). So there is at most one speculation open at a time, a
+ * START is always followed by exactly one COMMIT or CANCEL, and every confirmed end gives exactly
+ * one COMMIT or END. confirm_ms is the fixed silence endpoint the speculation is measured against
+ * (700 ms by default): the driver never ends a turn earlier than that, it only moves the reply's
+ * compute earlier.
  *
  * Thread safety: parameters and features are plain values; a rill_endpoint_t is used by one
  * thread at a time. Nothing here allocates after rill_endpoint_new.

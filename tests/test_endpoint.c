@@ -205,6 +205,9 @@ START_TEST(driver_starts_commits_and_cancels) {
     /* an unchanged recognizer step does not cancel */
     ck_assert_int_eq(rill_endpoint_observe(s.ep, s.t, "", 0, "more words", 10), RILL_OK);
     ck_assert_int_eq(frame(&s, 540), RILL_ENDPOINT_NONE);
+    /* nor does committing the tail as it was (the text is the same), with a new tail it would */
+    ck_assert_int_eq(rill_endpoint_observe(s.ep, s.t, "more words", 10, "", 0), RILL_OK);
+    ck_assert_int_eq(frame(&s, 570), RILL_ENDPOINT_NONE);
     ck_assert_int_eq(frame(&s, 700), RILL_ENDPOINT_COMMIT);
     speech(&s, 1);
     /* a short pause under the threshold, then a long one with a high threshold: END */
@@ -216,7 +219,7 @@ START_TEST(driver_starts_commits_and_cancels) {
     ck_assert_int_eq(st.cancels_speech, 1);
     ck_assert_int_eq(st.cancels_stale, 1);
     ck_assert_int_eq(st.ends, 0);
-    ck_assert_int_eq(st.observed, 2);
+    ck_assert_int_eq(st.observed, 3);
     rill_endpoint_destroy(&s.ep);
     ck_assert_ptr_null(s.ep);
     rill_endpoint_destroy(&s.ep); /* NULL-safe */
@@ -318,8 +321,11 @@ START_TEST(features_follow_the_recognizer_and_the_mass) {
     ck_assert_float_eq(x[RILL_ENDPOINT_STABLE_STEPS], 0);
     ck_assert_float_eq(d.prob, 0); /* speech: no probability */
     for (int k = 1; k <= 7; k++) {
-        ck_assert_int_eq(rill_endpoint_observe(ep, 2500 + 500 * k, "", 0, "it rained.", 10),
-                         RILL_OK);
+        /* the fourth step commits the tail as it was: still the same text */
+        const char *c = k == 4 ? "it rained." : "";
+        const char *tail = k >= 4 ? "" : "it rained.";
+        ck_assert_int_eq(
+            rill_endpoint_observe(ep, 2500 + 500 * k, c, strlen(c), tail, strlen(tail)), RILL_OK);
         ck_assert_int_eq(rill_endpoint_step(ep, 2500 + 500 * k, 30, NULL, &d), RILL_OK);
         ck_assert_float_eq(x[RILL_ENDPOINT_STABLE_STEPS], k < 5 ? k : 5); /* at most 5 */
     }
