@@ -3,15 +3,19 @@
 
     bench/endpoint_report.py --events OUT.jsonl --turns DIR/turns.json [--png FILE] [--md FILE]
 
-OUT.jsonl is `bench_endpoint --json`: one line per endpoint of each run (run 0 is the fixed
-700 ms silence endpoint alone, runs 1.. one threshold each) and one summary line per run.
+OUT.jsonl is `bench_endpoint --json`: one line per endpoint of each run (the runs with threshold
+-1 are the fixed 700 ms silence endpoint alone, made before and after the others; the rest one
+threshold each) and one summary line per run.
 Every endpoint is classed with the corpus's truth (turns.json): a turn end when it falls in the
 gap after a turn, a cut when it falls inside a turn (a hesitation the fixed rule took for an
 end: the baseline's own error, which anticipation shares, since it ends turns by the same rule).
 Turn ends the fixed rule never saw (the next turn started within the 700 ms) are counted too.
 
-Per threshold: latency saved per turn end (the baseline run's reply latency at that endpoint
-minus this run's; median and p90; the reply's last token and its first token), speculations
+Per threshold: latency saved per turn end (the baseline runs' mean reply latency at that
+endpoint minus this run's; median and p90; the reply's last token and its first token), the head start
+per turn end (wall time a kept speculation computed before its commit, 0 where none was kept:
+on an otherwise idle engine the saving cannot exceed it, and unlike the saving it does not
+compare two runs made at different moments of a shared machine's load), speculations
 started and kept, and the compute wasted on misses: tokens evaluated on speculative branches
 that were rolled back or cancelled, as a percentage of the tokens of the replies actually
 delivered (each reply's turn suffix and reply tokens). Prints a Markdown table (and writes it
@@ -64,8 +68,19 @@ def main():
                 return i
         return -1
 
+    # the baseline runs (threshold -1): run 0 and, from bench_endpoint, a second one after the
+    # threshold runs; the baseline latency at an endpoint is their mean
+    base_runs = [k for k in sorted(runs) if runs[k] and runs[k][0]['threshold'] < 0]
     base = runs[0]
-    base_at = {e['at_ms']: e for e in base}
+
+    def base_latency(at_ms, key):
+        v = []
+        for k in base_runs:
+            near = [x for x in runs[k] if abs(x['at_ms'] - at_ms) <= 60]
+            if near:
+                v.append(near[0][key])
+        return sum(v) / len(v) if v else None
+
     seen = {gap_of(e['at_ms']) for e in base} - {-1}
     cuts = [e for e in base if gap_of(e['at_ms']) < 0]
     missed = [i for i in range(len(turns) - 1) if i not in seen]
@@ -86,36 +101,41 @@ def main():
                     if delay else float('nan'), len(cuts), len(missed),
                     pct([e['latency_ms'] for e in base], 0.5),
                     pct([e['latency_ms'] for e in base], 0.9)))
+    if len(base_runs) > 1:
+        lines.append('Baseline runs (before and after the threshold runs): reply latency median '
+                     + ', '.join('%.0f ms' % pct([e['latency_ms'] for e in runs[k]], 0.5)
+                                 for k in base_runs)
+                     + ' (the drift is the shared machine\'s load).')
     lines.append('')
     lines.append('| threshold | endpoints | speculations | kept | saved p50 (ms) | saved p90 (ms) '
-                 '| first token saved p50 (ms) | wasted tokens | reply tokens | extra compute |')
-    lines.append('|---|---|---|---|---|---|---|---|---|---|')
+                 '| first token saved p50 (ms) | head start p50 (ms) | head start p90 (ms) '
+                 '| wasted tokens | reply tokens | extra compute |')
+    lines.append('|---|---|---|---|---|---|---|---|---|---|---|---|')
     points = []
     for k in sorted(runs):
-        if k == 0:
+        if k in base_runs:
             continue
         s = summ.get(k, {})
-        saved, first = [], []
+        saved, first, head = [], [], []
         for e in runs[k]:
             if gap_of(e['at_ms']) < 0:
                 continue  # a cut: not a turn end
-            b = base_at.get(e['at_ms'])
-            if b is None:
-                near = [x for x in base if abs(x['at_ms'] - e['at_ms']) <= 60]
-                b = near[0] if near else None
-            if b is None:
+            head.append(e['spec_ms'] if e['kind'] == 'commit' and e['hit'] else 0.0)
+            bl, bf = base_latency(e['at_ms'], 'latency_ms'), base_latency(e['at_ms'], 'first_ms')
+            if bl is None:
                 continue
-            saved.append(b['latency_ms'] - e['latency_ms'])
-            first.append(b['first_ms'] - e['first_ms'])
+            saved.append(bl - e['latency_ms'])
+            first.append(bf - e['first_ms'])
         wasted = s.get('spec_tokens_wasted', 0)
         used = s.get('reply_tokens', 0)
         extra = 100.0 * wasted / used if used else float('nan')
         thr = runs[k][0]['threshold'] if runs[k] else s.get('threshold')
         p50, p90 = pct(saved, 0.5), pct(saved, 0.9)
-        points.append((thr, extra, p50, p90))
-        lines.append('| %.2f | %d | %d | %d | %.0f | %.0f | %.0f | %d | %d | %.1f %% |'
+        points.append((thr, extra, p50, p90, pct(head, 0.5)))
+        lines.append('| %.2f | %d | %d | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %d | %.1f %% |'
                      % (thr, len(runs[k]), s.get('spec_started', 0), s.get('spec_hits', 0), p50,
-                        p90, pct(first, 0.5), wasted, used, extra))
+                        p90, pct(first, 0.5), pct(head, 0.5), pct(head, 0.9), wasted, used,
+                        extra))
     text = '\n'.join(lines)
     print(text)
     if args.md:
@@ -129,7 +149,8 @@ def main():
         xs = [p[1] for p in points]
         ax.plot(xs, [p[2] for p in points], 'o-', label='median saved per turn')
         ax.plot(xs, [p[3] for p in points], 's--', label='p90 saved per turn')
-        for thr, x, y, _ in points:
+        ax.plot(xs, [p[4] for p in points], 'd-.', label='median head start (kept speculation)')
+        for thr, x, y, _, _ in points:
             ax.annotate('%.2f' % thr, (x, y), textcoords='offset points', xytext=(5, -12))
         ax.axhline(400, color='grey', lw=0.8, ls=':')
         ax.axvline(30, color='grey', lw=0.8, ls=':')
