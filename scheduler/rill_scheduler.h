@@ -276,7 +276,7 @@ void rill_sched_destroy(rill_sched_t **sp);
  * version with the input's. Questions, turns and speculation on the session's forks never update
  * it.
  *
- * Thread safety: the watch is thread-safe (a mutex held for a copy of 32 bytes). One watch
+ * Thread safety: the watch is thread-safe (a mutex held for a copy of the mass). One watch
  * serves one session (giving it to two interleaves their updates). */
 typedef struct rill_sched_end_watch rill_sched_end_watch_t;
 

@@ -390,7 +390,7 @@ void rill__sched_unstick(rill_sched_t *sch);
 /* ---- end_watch.c --------------------------------------------------------------------------- */
 
 /* NULL when every id of w is below n_vocab (or w is NULL), else a detail naming the first that
- * is not (static storage). */
+ * is not (thread-local storage, valid until the next call on the thread). */
 const char *rill__sched_end_watch_check(const rill_sched_end_watch_t *w, int32_t n_vocab);
 
 /* After m's evaluated pass: updates the end watches of the sessions whose own data items got
