@@ -80,7 +80,7 @@ void rill__sched_close_sess(rill_sched_t *sch, sess_t *x) {
 
 /* Registers s as a new session of m (admission already checked). */
 static rill_err_t add_sess(rill_sched_t *sch, model_t *m, rill_session_t *s, int32_t reserved,
-                           tmpl_t *t, rill_sched_sid_t *out) {
+                           tmpl_t *t, rill_sched_end_watch_t *watch, rill_sched_sid_t *out) {
     sess_t *x = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *x);
     if (x == NULL) {
         return RILL_ENOMEM;
@@ -90,6 +90,7 @@ static rill_err_t add_sess(rill_sched_t *sch, model_t *m, rill_session_t *s, int
     x->s = s;
     x->reserved = reserved;
     x->tmpl = t;
+    x->end_watch = watch;
     sess_t **pp = &sch->sessions;
     while (*pp != NULL) {
         pp = &(*pp)->next;
@@ -157,7 +158,8 @@ static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
         err = open_log(s, c->u.create.sp, c);
     }
     if (err == RILL_OK) {
-        err = add_sess(sch, t->m, s, reservation(t->m, t->sinks, t->window), t, c->u.create.out);
+        err = add_sess(sch, t->m, s, reservation(t->m, t->sinks, t->window), t,
+                       c->u.create.sp->end_watch, c->u.create.out);
     }
     /* the reservation was taken when it waited; add_sess counted it again */
     t->m->reserved -= reservation(t->m, t->sinks, t->window);
@@ -243,6 +245,13 @@ bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
         return true;
     }
     model_t *m = &sch->models[sp->model];
+    const char *bad_watch =
+        rill__sched_end_watch_check(sp->end_watch, rill_session_pool_n_vocab(m->pool));
+    if (bad_watch != NULL) {
+        rill__sched_msg(c, "%s", bad_watch);
+        c->err = RILL_EINVAL;
+        return true;
+    }
     int32_t need = reservation(m, pp->n_sink, pp->window);
     if ((c->err = admit(sch, m, need, c)) != RILL_OK) {
         return true;
@@ -256,7 +265,7 @@ bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
         }
         c->err = open_log(s, sp, c);
         if (c->err == RILL_OK) {
-            c->err = add_sess(sch, m, s, need, NULL, c->u.create.out);
+            c->err = add_sess(sch, m, s, need, NULL, sp->end_watch, c->u.create.out);
         }
         if (c->err != RILL_OK) {
             rill_session_destroy(&s);
@@ -330,7 +339,7 @@ void rill__sched_restore(rill_sched_t *sch, cmd_t *c) {
     int32_t need = reservation(m, st.n_sink_cfg, st.window_cfg);
     c->err = admit(sch, m, need, c);
     if (c->err == RILL_OK) {
-        c->err = add_sess(sch, m, s, need, NULL, c->u.restore.out);
+        c->err = add_sess(sch, m, s, need, NULL, NULL, c->u.restore.out);
     }
     if (c->err != RILL_OK) {
         rill_session_destroy(&s);

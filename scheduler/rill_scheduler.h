@@ -261,6 +261,59 @@ int32_t rill_sched_find_model(const rill_sched_t *sch, const char *name);
  * *sp = NULL. NULL-safe. Must not be called from a callback. */
 void rill_sched_destroy(rill_sched_t **sp);
 
+/* ---- end-of-turn mass (endpoint anticipation: scheduler/rill_endpoint.h) -------------------
+ *
+ * A session created with an end watch (rill_sched_session_params_t.end_watch) has the logits of
+ * its last evaluated position computed whenever a step evaluates the end of its queued data
+ * (the last token of what was fed to it: ingest, a replace), and the engine keeps two probability
+ * masses of that row in the watch: p_sentence, the softmax probability summed over the watch's
+ * sentence-final tokens, and p_turn, summed over its end-of-turn tokens (a chat template's
+ * <|im_end|>, say). The watch is read at any time, from any thread, without waiting for the engine
+ * (rill_sched_end_watch_read). Cost: one row of the output projection per such step (the forward
+ * pass computes hidden states for every token anyway; without a watch an ingest item asks for no
+ * logits) and one pass over the row; nothing is allocated per step. Steps that evaluate only part
+ * of the queue (the step cap cut it) do not update the watch: the mass is always that of the end of
+ * some input. A replace that only shortens the stream (nothing new to evaluate) and a flush that
+ * tokenizes nothing evaluate no token and so leave the watch at the older position: compare its
+ * version with the input's. Questions, turns and speculation on the session's forks never update
+ * it.
+ *
+ * Thread safety: the watch is thread-safe (a mutex held for a copy of the mass). One watch
+ * serves one session (giving it to two interleaves their updates). */
+typedef struct rill_sched_end_watch rill_sched_end_watch_t;
+
+/* Most token ids per set of a watch. */
+#define RILL_SCHED_END_TOKENS 1024
+
+/* Creates a watch over sentence[0, n_sentence) and turn[0, n_turn), token ids of the model of
+ * the sessions it will serve (copied; 0..RILL_SCHED_END_TOKENS each, not both empty; ids >= 0;
+ * duplicates within a set are refused so that no probability counts twice). The ids are checked
+ * against the model's vocabulary when a session is created with the watch. Errors: RILL_EINVAL
+ * (NULL out, a count out of range, a NULL set with a count > 0, a negative or duplicate id),
+ * RILL_ENOMEM; *out untouched on error. Caller owns *out; destroy with
+ * rill_sched_end_watch_destroy() after the session it serves is closed. */
+rill_err_t rill_sched_end_watch_new(const int32_t *sentence, int32_t n_sentence,
+                                    const int32_t *turn, int32_t n_turn,
+                                    rill_sched_end_watch_t **out);
+
+/* Frees it and sets *wp = NULL. NULL-safe. */
+void rill_sched_end_watch_destroy(rill_sched_end_watch_t **wp);
+
+typedef struct rill_sched_end_mass {
+    int64_t updates;  /* steps that updated the watch so far (0: none yet; the rest is 0) */
+    int64_t version;  /* the session's data version (rill_session_seq) at that step: the mass
+                         is at the end of every input up to it, so it covers an input whose
+                         version is <= this */
+    int32_t position; /* resident tokens of the session then (the row is of position
+                         position - 1) */
+    float p_sentence; /* softmax mass of the sentence-final tokens, [0, 1] */
+    float p_turn;     /* softmax mass of the end-of-turn tokens, [0, 1] */
+    int64_t at_ns;    /* rill_now_ns() of the update */
+} rill_sched_end_mass_t;
+
+/* Copies the latest mass into *out. Never blocks on the engine. Errors: RILL_EINVAL (NULL). */
+rill_err_t rill_sched_end_watch_read(const rill_sched_end_watch_t *w, rill_sched_end_mass_t *out);
+
 /* ---- sessions ---------------------------------------------------------------------------- */
 
 typedef struct rill_sched_session_params {
@@ -272,22 +325,28 @@ typedef struct rill_sched_session_params {
                                       state is also written to log_path + ".base" so that
                                       rill_sched_session_restore() can rebuild it */
     rill_session_fsync_t fsync;    /* policy of the log */
+    /* Optional (NULL: none): keeps the end-of-turn mass of the session's last evaluated
+     * position ("End-of-turn mass" above); borrowed: it must outlive the session (until
+     * rill_sched_session_close returns or the scheduler is destroyed). */
+    rill_sched_end_watch_t *end_watch;
 } rill_sched_session_params_t;
 
-/* Defaults: model 0, rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC. */
+/* Defaults: model 0, rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC, no end
+ * watch. */
 rill_sched_session_params_t rill_sched_session_default_params(void);
 
 /* Creates a session and returns once it is ready (its shared prompt evaluated). Errors:
  * RILL_EINVAL (NULL, bad params), RILL_EFULL (its reservation does not fit: the message
  * gives pages needed, reserved and budget; or max_sessions reached), RILL_ENOMEM, log and
- * forward errors; RILL_EINVAL for a model index out of range. On error nothing is left. */
+ * forward errors; RILL_EINVAL for a model index out of range, or an end watch holding a token
+ * id outside the model's vocabulary. On error nothing is left. */
 rill_err_t rill_sched_session_create(rill_sched_t *sch, const rill_sched_session_params_t *params,
                                      rill_sched_sid_t *out);
 
 /* Rebuilds a session of model `model` from a snapshot and/or its log (rill_session_restore into
  * that model's pool, replay done by the engine before it returns), reserving its window like
  * creation. Errors: those of rill_session_restore() (RILL_EUNSUPPORTED for files of another
- * model) and of creation. */
+ * model) and of creation. A restored session has no end watch. */
 rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const char *snapshot_path,
                                       const char *log_path, rill_session_fsync_t fsync,
                                       rill_sched_sid_t *out);

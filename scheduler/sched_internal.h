@@ -188,7 +188,8 @@ typedef struct sess {
     rill_session_t *s;
     int32_t reserved;
     tmpl_t *tmpl;
-    int32_t n_waiting; /* requests waiting for its queued data */
+    int32_t n_waiting;                 /* requests waiting for its queued data */
+    rill_sched_end_watch_t *end_watch; /* borrowed, NULL: none (end_watch.c) */
 } sess_t;
 
 typedef enum req_kind { REQ_ASK, REQ_TURN, REQ_STANDING, REQ_SPEC } req_kind_t;
@@ -449,6 +450,15 @@ bool rill__sched_speech_step(rill_sched_t *sch);
 
 /* Frees every recognizer still attached (engine shutdown). */
 void rill__sched_speech_free(rill_sched_t *sch);
+/* ---- end_watch.c --------------------------------------------------------------------------- */
+
+/* NULL when every id of w is below n_vocab (or w is NULL), else a detail naming the first that
+ * is not (thread-local storage, valid until the next call on the thread). */
+const char *rill__sched_end_watch_check(const rill_sched_end_watch_t *w, int32_t n_vocab);
+
+/* After m's evaluated pass: updates the end watches of the sessions whose own data items got
+ * logits (step.c asks for them on the last queued token of a watched session). */
+void rill__sched_end_watch_pass(model_t *m);
 
 /* ---- engine.c ------------------------------------------------------------------------------ */
 

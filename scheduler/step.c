@@ -141,7 +141,7 @@ static void add_session_data(rill_sched_t *sch, model_t *m, builder_t *b, rill_s
             bool boosted = x->n_waiting > 0;
             if (rill_session_pending(x->s) > 0 && (cls == RILL_SCHED_PREFILL) == boosted &&
                 room_for(m, b, false)) {
-                add_item(m, b, x->s, NULL, x, cls, false);
+                add_item(m, b, x->s, NULL, x, cls, x->end_watch != NULL); /* end_watch.c */
             }
         }
     }
@@ -549,6 +549,7 @@ static pass_outcome_t run_pass(rill_sched_t *sch, model_t *m, bool questions, in
         }
         learn(m, T, t1 - t0);
         account(sch, m, questions || m->questions, T, t0, t1);
+        rill__sched_end_watch_pass(m);
         pick(sch, m, t1);
         rill__sched_templates_ready(sch);
         return PASS_RAN;

@@ -16,3 +16,7 @@ rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIM
 # bad feeds, failed allocations. Exits 77 without whisper-tiny.en or the tiny test models.
 rill_test(test_sched_speech SOURCES test_sched_speech.c LIBS rill_scheduler LABELS integration
           TIMEOUT 600)
+# Endpoint anticipation (scheduler/rill_endpoint.h: predictor and driver, pure logic) and the
+# end-of-turn mass of the scheduler (needs the tiny qwen2 model; those cases are left out
+# without it).
+rill_test(test_endpoint SOURCES test_endpoint.c LIBS rill_scheduler LABELS unit TIMEOUT 300)
