@@ -24,7 +24,7 @@ Not a test (tests/transcribe_eval.cmake runs --small). Per model and clip set it
   (the fwdtree + fwdflat + bestpath "TOTAL ... wall" lines it logs).
 - Commit delay: for each word of a streamed transcript that matches a word of the reference
   alignment (faster-whisper's word_timestamps=True on the same audio, the reference aligner),
-  the audio time consumed when the word first appeared complete in the committed text (rill:
+  the audio time consumed when the word first appeared in the committed text (rill:
   `audio_s` of its --json lines; independent of --pace and of wall time) minus the word's end in
   the audio. Median and p90 over all matched words of the set.
 
@@ -118,15 +118,13 @@ def rill_run(rill, gguf, wav, offline):
 
 
 def rill_commits(changes, final):
-    """Audio time at which each word of the final transcript first stood complete in the
-    committed text: the word is followed by more text, or the committed text ends in a
-    non-word character after it; words completed only by the end get the final audio_s."""
+    """Audio time at which each word of the final transcript first appeared in the committed
+    text (rill commits whole words only: scheduler/rill_transcript.h); words committed only by
+    the end get the final audio_s."""
     fw = words(final['text'])
     at = [None] * len(fw)
     for c in changes:
-        cw = words(c['committed'])
-        done = len(cw) if re.search(r"[^A-Za-z0-9']$", c['committed']) else len(cw) - 1
-        for i in range(min(done, len(fw))):
+        for i in range(min(len(words(c['committed'])), len(fw))):
             if at[i] is None:
                 at[i] = c['audio_s']
     return [final['audio_s'] if a is None else a for a in at]
