@@ -4,7 +4,8 @@
     .venv/bin/python bench/transcribe_eval.py --rill build/cli/rill [--models tiny.en,base]
         [--sets librivox,bible] [--verses 6] [--out DIR] [--small] [--check]
 
-Not a test (tests/transcribe_eval.cmake runs --small). Per model and clip set it reports:
+Not a test (the ctest bench_transcribe_eval_small, tests/cli.cmake, runs --small). Per model
+and clip set it reports:
 
 - WER against the human reference (LibriVox: the `transcription` file of pocketsphinx-testdata;
   Bible: the World English Bible text that espeak-ng spoke, tools/synth_verses.py) of rill
