@@ -5,8 +5,9 @@
 #   scripts/setup.sh            system packages, the project's .venv (numpy, gguf), default model
 #   scripts/setup.sh --llama    also llama-cpp-python in .venv (the outside oracle used by tools/
 #                               and bench/; builds llama.cpp from source, several minutes)
-#   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/) and faster-whisper in
+#   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/), faster-whisper in
 #                               .venv (the speech oracle used by tools/ref_whisper.py and bench/)
+#                               and pocketsphinx (bench/transcribe_eval.py's second baseline)
 #
 # Every run installs Whisper tiny.en (76 MB fetched, converted to models/whisper-tiny.en.gguf):
 # the speech tests that scripts/test.sh and CI run need it, and it is `--asr`'s default.
@@ -23,7 +24,7 @@ for arg in "$@"; do
     --llama) want_llama=1 ;;
     --speech) want_speech=1 ;;
     -h | --help)
-        sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -55,6 +56,11 @@ apt_packages=(
     pocketsphinx-testdata               # LibriVox clips: the speech tests' and bench/'s audio
     espeak-ng                           # synthesized speech: tools/ref_whisper.py's clip, turns
 )
+if [ $want_speech = 1 ]; then
+    # the second speech baseline of bench/transcribe_eval.py: pocketsphinx_continuous and its
+    # en-us acoustic model, language model and dictionary
+    apt_packages+=(pocketsphinx pocketsphinx-en-us)
+fi
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

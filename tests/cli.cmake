@@ -11,4 +11,20 @@ if(TARGET rill_scheduler AND TARGET rill_ingest)
              $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
     set_tests_properties(test_transcribe_cli PROPERTIES TIMEOUT 600 LABELS "integration"
                          SKIP_RETURN_CODE 77)
+    # The CI size of bench/transcribe_eval.py (tests/test_transcribe_eval.py): --small on two
+    # short LibriVox clips with tiny.en, its output checked against the recorded faster-whisper
+    # transcripts and word ends. Release builds only (a sanitizer build changes nothing it
+    # measures and triples its time). Needs the .venv (jiwer); skips without it or the model.
+    if(RILL_SANITIZE STREQUAL "")
+        if(EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+            set(rill_eval_python ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+        else()
+            set(rill_eval_python ${Python3_EXECUTABLE})
+        endif()
+        add_test(NAME bench_transcribe_eval_small
+                 COMMAND ${rill_eval_python} ${CMAKE_CURRENT_SOURCE_DIR}/test_transcribe_eval.py
+                         $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
+        set_tests_properties(bench_transcribe_eval_small PROPERTIES TIMEOUT 600
+                             LABELS "integration;bench" SKIP_RETURN_CODE 77)
+    endif()
 endif()
