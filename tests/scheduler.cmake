@@ -11,3 +11,6 @@ rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS u
 # LibriVox clip (against faster-whisper's transcripts), a 10-minute stream's memory, forced
 # trims, bad input, failed allocations. Exits 77 without models/whisper-tiny.en.gguf.
 rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIMEOUT 900)
+# The simultaneous translation session (scheduler/rill_translate.h) on the tiny qwen2 model:
+# policies' emission rules, nothing taken back, exact revisions, bounded memory, failures.
+rill_test(test_translate SOURCES test_translate.c LIBS rill_scheduler LABELS unit TIMEOUT 600)
