@@ -15,6 +15,7 @@
  * words are printed as they are emitted, a line per sentence, and a summary goes to stderr.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,18 +42,54 @@ typedef struct out {
     int64_t emissions;
 } out_t;
 
+/* Bytes of the valid UTF-8 sequence at s[0, n), or 0 when it is not one (overlong forms,
+ * surrogates and values past U+10FFFF are not). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    size_t len = s[0] < 0x80             ? 1
+                 : (s[0] & 0xE0) == 0xC0 ? 2
+                 : (s[0] & 0xF0) == 0xE0 ? 3
+                 : (s[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
+    if (len == 0 || len > n) {
+        return 0;
+    }
+    uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            return 0;
+        }
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        return 0;
+    }
+    return len;
+}
+
+/* A JSON string of s[0, n); bytes that are not valid UTF-8 (a model may emit any) become
+ * U+FFFD, so every line is valid JSON. */
 static void json_str(FILE *f, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
     fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = u[i];
+        size_t len = utf8_len(u + i, n - i);
+        if (len == 0) {
+            fputs("\\ufffd", f);
+            i++;
+        } else if (c == '"' || c == '\\') {
             fprintf(f, "\\%c", c);
+            i++;
         } else if (c == '\n') {
             fputs("\\n", f);
-        } else if (c < 0x20) {
+            i++;
+        } else if (c < 0x20 || c == 0x7F) {
             fprintf(f, "\\u%04x", c);
+            i++;
         } else {
-            fputc(c, f);
+            fwrite(u + i, 1, len, f);
+            i += len;
         }
     }
     fputc('"', f);
@@ -129,7 +166,7 @@ int cmd_translate(int argc, char **argv) {
     const char *model_path = NULL, *policy = "local-agreement", *text_path = NULL;
     const char *instruction = NULL;
     bool json = false;
-    int64_t threads = 0, window = 1024, ctx = 2048, la_chunk = 2;
+    int64_t threads = 0, window = 1024, ctx = 2048, la_chunk = 2, max_reply = 256;
     const cli_opt_t opts[] = {
         { "model", NULL, CLI_STRING, &model_path,
           "an instruct GGUF with a chat template; default " DEFAULT_TRANSLATE_MODEL
@@ -152,6 +189,8 @@ int cmd_translate(int argc, char **argv) {
         { "window", NULL, CLI_INT, &window,
           "recent tokens the session keeps beside the instruction (its attention sinks)", 16,
           1 << 20 },
+        { "max-reply", NULL, CLI_INT, &max_reply, "most tokens of one sentence's translation", 1,
+          4096 },
         { "ctx", NULL, CLI_INT, &ctx, "most positions of the session (window, sinks, a turn)", 256,
           1 << 20 },
         { "threads", "-t", CLI_INT, &threads, "compute threads, 0 = one per CPU", 0, 512 },
@@ -182,11 +221,12 @@ int cmd_translate(int argc, char **argv) {
                 policy);
         return 2;
     }
-    if (window + 512 > ctx) {
+    if (window < max_reply + 64 || window + max_reply + 64 > ctx) {
         fprintf(stderr,
-                "rill translate: --ctx %lld leaves no room beside --window %lld (need window + "
-                "512: the instruction and a turn)\n",
-                (long long)ctx, (long long)window);
+                "rill translate: --window %lld must hold a turn (at least --max-reply %lld + 64) "
+                "and --ctx %lld the window, the instruction and a draft (at least window + "
+                "max-reply + 64)\n",
+                (long long)window, (long long)max_reply, (long long)ctx);
         return 2;
     }
     FILE *f = fopen(text_path, "r");
@@ -238,7 +278,8 @@ int cmd_translate(int argc, char **argv) {
     }
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_ctx = (int32_t)ctx;
-    pp.n_cells = 2 * ctx;
+    pp.n_cells = 2 * ctx + 2048; /* the window, forks of drafts and the overflow pages a step
+                                    holds back (2 * ceil(step_tokens / P)) */
     pp.tokenizer = l.tok;
     err = rill_session_pool_new(l.fw, &pp, &pool);
     if (err == RILL_OK) {
@@ -253,6 +294,7 @@ int cmd_translate(int argc, char **argv) {
     tp.window = (int32_t)window;
     tp.la_chunk = (int32_t)la_chunk;
     tp.instruction = instruction;
+    tp.max_reply_tokens = (int32_t)max_reply;
     tp.on_emit = on_emit;
     tp.user = &o;
     err = rill_translate_new(sch, &tp, &t);
