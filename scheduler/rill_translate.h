@@ -193,7 +193,9 @@ rill_err_t rill_translate_end_sentence(rill_translate_t *t);
  * RILL_EAGAIN when the policy waits for more source. Call it after every word or replace until
  * it returns RILL_EAGAIN. Errors: those of the scheduler's requests (RILL_EFULL: the pool could
  * not hold the draft; RILL_ECANCELED: the scheduler was destroyed), RILL_ENOMEM; a failed draft
- * emits nothing and may be retried; a failed turn leaves the segment ended and unclosed. Blocks. */
+ * emits nothing and may be retried; a failed turn leaves the segment ended and unclosed (the
+ * next step retries it); when only feeding the turn's end and the next user header fails, the
+ * segment is closed and that feed is retried by the next call (step, word or replace). Blocks. */
 rill_err_t rill_translate_step(rill_translate_t *t);
 
 typedef struct rill_translate_stats {

@@ -78,6 +78,7 @@ struct rill_translate {
     buf_t emitted;
     int32_t n_emitted;
     toks_t em_toks; /* the tokens of the emitted words, as the drafts decoded them */
+    toks_t tail;    /* a closed turn's end and the next user header, until they are fed */
     buf_t prev;     /* local agreement: the previous hypothesis */
     bool have_prev;
     buf_t text; /* scratch: a draft's continuation, an emission */
@@ -606,6 +607,19 @@ static rill_err_t draft(rill_translate_t *t) {
     return RILL_OK;
 }
 
+/* Feeds the closed turn's end and the next user header, if still owed (a failed feed is
+ * retried by the next call that feeds the session). */
+static rill_err_t feed_tail(rill_translate_t *t) {
+    if (t->tail.n == 0) {
+        return RILL_OK;
+    }
+    rill_err_t err = rill_sched_ingest(t->sch, t->sid, t->tail.p, t->tail.n);
+    if (err == RILL_OK) {
+        t->tail.n = 0;
+    }
+    return err;
+}
+
 static void reset_segment(rill_translate_t *t) {
     t->seg_start += t->n_words;
     t->segment++;
@@ -646,21 +660,22 @@ static rill_err_t close_segment(rill_translate_t *t) {
     /* the session goes on whatever the emission's memory did: close the assistant turn */
     bool eot = t->n_ans > 0 && rill_tokenizer_is_eog(t->p.tok, t->ans[t->n_ans - 1]);
     const toks_t *close = eot ? &t->after_eot : &t->asst_close;
-    t->q.n = 0;
-    rill_err_t e2 = toks_reserve(&t->q, (int64_t)close->n + t->user_open.n);
-    if (e2 == RILL_OK) {
-        memcpy(t->q.p, close->p, (size_t)close->n * sizeof *t->q.p);
-        memcpy(t->q.p + close->n, t->user_open.p, (size_t)t->user_open.n * sizeof *t->q.p);
-        t->q.n = close->n + t->user_open.n;
-        e2 = rill_sched_ingest(t->sch, t->sid, t->q.p, t->q.n);
-    }
+    /* tail's room was reserved at creation: this cannot fail */
+    memcpy(t->tail.p, close->p, (size_t)close->n * sizeof *t->tail.p);
+    memcpy(t->tail.p + close->n, t->user_open.p, (size_t)t->user_open.n * sizeof *t->tail.p);
+    t->tail.n = close->n + t->user_open.n;
     reset_segment(t);
+    rill_err_t e2 = feed_tail(t);
     return e2 != RILL_OK ? e2 : err;
 }
 
 rill_err_t rill_translate_step(rill_translate_t *t) {
     if (t == NULL) {
         return rill__error(RILL_EINVAL, "NULL translation");
+    }
+    rill_err_t err = feed_tail(t);
+    if (err != RILL_OK) {
+        return err;
     }
     if (t->ended) {
         return close_segment(t);
@@ -711,7 +726,10 @@ rill_err_t rill_translate_word(rill_translate_t *t, const char *word, size_t len
             return rill__error(RILL_EINVAL, "translation: whitespace in a word");
         }
     }
-    rill_err_t err;
+    rill_err_t err = feed_tail(t);
+    if (err != RILL_OK) {
+        return err;
+    }
     if (t->ended || t->n_words == t->p.max_segment_words) {
         t->ended = true;
         err = close_segment(t);
@@ -762,6 +780,10 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
                            "at %lld)",
                            (long long)from_word, (long long)t->seg_start);
     }
+    rill_err_t err = feed_tail(t);
+    if (err != RILL_OK) {
+        return err;
+    }
     int32_t i = (int32_t)(from_word - t->seg_start);
     int32_t n_new = text != NULL ? count_words(text, len) : 0;
     if (i + n_new > t->p.max_segment_words) {
@@ -776,7 +798,7 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
         const char *w;
         size_t wl;
         while (next_word(text, len, &pos, &w, &wl)) {
-            rill_err_t err = rill_translate_word(t, w, wl);
+            err = rill_translate_word(t, w, wl);
             if (err != RILL_OK) {
                 return err;
             }
@@ -789,7 +811,7 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
     }
     /* the new segment text: fed words [0, i), then the new words as they would be fed */
     t->tmp.len = 0;
-    rill_err_t err = buf_add(&t->tmp, t->fed.p, (size_t)t->off[i]);
+    err = buf_add(&t->tmp, t->fed.p, (size_t)t->off[i]);
     size_t pos = 0;
     const char *w;
     size_t wl;
@@ -927,6 +949,7 @@ static void free_all(rill_translate_t *t) {
     rill_free(t->rec);
     rill_free(t->emitted.p);
     rill_free(t->em_toks.p);
+    rill_free(t->tail.p);
     rill_free(t->prev.p);
     rill_free(t->text.p);
     rill_free(t->tmp.p);
@@ -981,6 +1004,10 @@ rill_err_t rill_translate_new(rill_sched_t *sch, const rill_translate_params_t *
     err = rill_tokenizer_work_new(&t->work);
     if (err == RILL_OK) {
         err = setup_template(t, &sys);
+    }
+    if (err == RILL_OK) {
+        int32_t close = t->asst_close.n > t->after_eot.n ? t->asst_close.n : t->after_eot.n;
+        err = toks_reserve(&t->tail, (int64_t)close + t->user_open.n);
     }
     if (err != RILL_OK) {
         goto fail;
