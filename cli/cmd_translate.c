@@ -166,7 +166,7 @@ int cmd_translate(int argc, char **argv) {
     const char *model_path = NULL, *policy = "local-agreement", *text_path = NULL;
     const char *instruction = NULL;
     bool json = false;
-    int64_t threads = 0, window = 1024, ctx = 2048, la_chunk = 2, max_reply = 256;
+    int64_t threads = 0, window = 1024, ctx = 2048, la_chunk = 4, max_reply = 256;
     const cli_opt_t opts[] = {
         { "model", NULL, CLI_STRING, &model_path,
           "an instruct GGUF with a chat template; default " DEFAULT_TRANSLATE_MODEL

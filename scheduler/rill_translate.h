@@ -120,7 +120,7 @@ typedef struct rill_translate_params {
     rill_translate_policy_t policy;   /* default RILL_TRANSLATE_LOCAL_AGREEMENT */
     int32_t k;                        /* wait-k's k (>= 1); default 3 */
     int32_t la_chunk;                 /* local agreement: new source words between drafts (>= 1);
-                                         default 2 */
+                                         default 4 */
     int32_t window;                   /* recent tokens the session keeps beside the sinks (at
                                          least max_reply_tokens + 64, so that a turn fits it;
                                          rounded up to pages; sinks + window + room for a draft

@@ -106,7 +106,7 @@ rill_translate_params_t rill_translate_default_params(void) {
     memset(&p, 0, sizeof p);
     p.policy = RILL_TRANSLATE_LOCAL_AGREEMENT;
     p.k = 3;
-    p.la_chunk = 2;
+    p.la_chunk = 4;
     p.window = 1024;
     p.max_segment_words = 96;
     p.max_reply_tokens = 256;
