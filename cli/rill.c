@@ -28,6 +28,9 @@ static const command_t commands[] = {
 #ifdef RILL_HAVE_TRANSCRIBE
     { "transcribe", cmd_transcribe, "speech to text from a file or the microphone (Whisper)" },
 #endif
+#ifdef RILL_HAVE_TRANSLATE
+    { "translate", cmd_translate, "simultaneous translation of text, English to Spanish" },
+#endif
 #ifdef RILL_HAVE_SERVER
     { "serve", cmd_serve, "run the daemon (rilld): sessions over ZeroMQ, docs/protocol.md" },
     { "keygen", cmd_keygen, "write a CURVE key pair for rilld or a client" },

@@ -8,6 +8,9 @@
 #   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/), faster-whisper in
 #                               .venv (the speech oracle used by tools/ref_whisper.py and bench/)
 #                               and pocketsphinx (bench/transcribe_eval.py's second baseline)
+#   scripts/setup.sh --translate  also sacreBLEU in .venv and the translation models in the cache
+#                               (Qwen2.5-Coder 1.5B and 0.5B Instruct, for `rill translate` and
+#                               bench/translate_eval.py; 1.6 GB fetched)
 #
 # Every run installs Whisper tiny.en (76 MB fetched, converted to models/whisper-tiny.en.gguf):
 # the speech tests that scripts/test.sh and CI run need it, and it is `--asr`'s default.
@@ -19,12 +22,14 @@ root=$(pwd)
 
 want_llama=0
 want_speech=0
+want_translate=0
 for arg in "$@"; do
     case "$arg" in
     --llama) want_llama=1 ;;
     --speech) want_speech=1 ;;
+    --translate) want_translate=1 ;;
     -h | --help)
-        sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -107,6 +112,9 @@ PY
 if [ $want_speech = 1 ] && [ -f tools/requirements-speech.txt ]; then
     pip_install tools/requirements-speech.txt
 fi
+if [ $want_translate = 1 ] && [ -f tools/requirements-translate.txt ]; then
+    pip_install tools/requirements-translate.txt
+fi
 if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
     # The portable AVX2 build the reference data in tests/data/ref/ was recorded with (a native
     # build may pick AVX-512 kernels and round differently). CMAKE_ARGS overrides it.
@@ -172,4 +180,13 @@ whisper_model() { # whisper_model NAME: $cache/NAME.gguf from NAME-ct2, linked a
 }
 whisper_model whisper-tiny.en
 if [ $want_speech = 1 ]; then whisper_model whisper-base; fi
+
+# ---- 5. Translation models (--translate): fetched into the cache, hashes checked ----------------
+# `rill translate` finds the 1.5B there by default; bench/translate_eval.py uses both.
+if [ $want_translate = 1 ]; then
+    for name in qwen2.5-coder-1.5b-instruct qwen2.5-coder-0.5b-instruct; do
+        say "translation model $name: $(RILL_CACHE="$(dirname "$cache")" "$venv/bin/python" \
+            tools/fetch_model.py "$name")"
+    done
+fi
 say "done"

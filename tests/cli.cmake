@@ -28,3 +28,12 @@ if(TARGET rill_scheduler AND TARGET rill_ingest)
                              LABELS "integration;bench" SKIP_RETURN_CODE 77)
     endif()
 endif()
+# `rill translate --text` (tests/test_translate_cli.py) on the tiny qwen2 model: its --json lines,
+# wait-k's first emission, the plain output, --help, errors. Exits 77 without the tiny models.
+if(TARGET rill_scheduler)
+    add_test(NAME test_translate_cli
+             COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_translate_cli.py
+             $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
+    set_tests_properties(test_translate_cli PROPERTIES TIMEOUT 600 LABELS "integration"
+                         SKIP_RETURN_CODE 77)
+endif()

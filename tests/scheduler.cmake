@@ -20,3 +20,6 @@ rill_test(test_sched_speech SOURCES test_sched_speech.c LIBS rill_scheduler LABE
 # end-of-turn mass of the scheduler (needs the tiny qwen2 model; those cases are left out
 # without it).
 rill_test(test_endpoint SOURCES test_endpoint.c LIBS rill_scheduler LABELS unit TIMEOUT 300)
+# The simultaneous translation session (scheduler/rill_translate.h) on the tiny qwen2 model:
+# policies' emission rules, nothing taken back, exact revisions, bounded memory, failures.
+rill_test(test_translate SOURCES test_translate.c LIBS rill_scheduler LABELS unit TIMEOUT 600)
