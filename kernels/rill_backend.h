@@ -151,7 +151,10 @@
  *         F16 V as above (exact: p rounded to f16).
  *     So with RILL_ATTN_FLASH every s_j and every decoded V_j equals llama.cpp's flash kernel's
  *     (ggml_compute_forward_flash_attn_ext_f16 reads K by vec_dot and V by to_float the same
- *     way); only the online softmax differs, as for an F32 cache. llama.cpp needs flash attention
+ *     way); only the online softmax differs, as for an F32 cache (llama.cpp run with its
+ *     attention rotation off, LLAMA_ATTN_ROT_DISABLE: by default it rotates Q, K and V by a
+ *     Hadamard transform before a quantized cache, which rill does not; docs/quantization.md has
+ *     the measured differences). llama.cpp needs flash attention
  *     for a quantized V; rill's exact kernel takes one anyway (its definition, not llama.cpp's).
  *     These layouts run the reference's per-head functions on every backend of the exact class
  *     (threaded over heads in "cpu"), so they give the reference's bits there too.
