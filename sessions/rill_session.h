@@ -529,11 +529,11 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
  *   RILL_EFORMAT (not a rill snapshot or log, truncated snapshot or log header, inconsistent
  *   sizes), RILL_ECORRUPT (a checksum mismatch anywhere in the snapshot, or in the log before
  *   its last record; the message gives the byte offset), RILL_EUNSUPPORTED (a format version
- *   this build does not read; written for another model, KV element type or page size),
- *   RILL_ERANGE (the session does not fit p's context), RILL_EFULL (p lacks the pages the
- *   snapshot or the replay needs), RILL_ENOMEM, and the errors of replayed calls.
- * Caller owns *out; destroy with rill_session_destroy(). Blocks (reads, copies, forward passes
- * of the replay). */
+ *   this build does not read; written for another model, KV cache types (the message names
+ *   both pools' K and V types) or page size), RILL_ERANGE (the session does not fit p's
+ *   context), RILL_EFULL (p lacks the pages the snapshot or the replay needs), RILL_ENOMEM, and
+ *   the errors of replayed calls. Caller owns *out; destroy with rill_session_destroy().
+ *   Blocks (reads, copies, forward passes of the replay). */
 rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_path,
                                 const char *log_path, rill_session_fsync_t policy,
                                 rill_session_t **out);
