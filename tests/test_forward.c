@@ -842,6 +842,50 @@ END_TEST
 
 /* rill_kv_cache_copy_pages copies every layer's page in one call; bad index sets change
  * nothing and say why. */
+/* The cache types each constructor takes, the layout and bytes a quantized cache gets, and the
+ * allocation failures of the typed constructor (each leaves nothing behind). */
+START_TEST(kv_cache_types_are_checked) {
+    rig_t g;
+    rig_open(&g, "rill-tiny-qwen2-F32.gguf", RILL_BACKEND_CPU, 2, 64, 256);
+    rill_kv_cache_t *kv = NULL;
+    ck_assert_int_eq(rill_kv_cache_new(g.fw, RILL_DTYPE_Q8_0, 16, 4, &kv), RILL_EINVAL);
+    ck_assert_ptr_null(kv); /* the untyped constructor keeps to f16 and f32 */
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q4_1, RILL_DTYPE_F16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_F16, RILL_DTYPE_BF16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_new_types(NULL, RILL_DTYPE_F16, RILL_DTYPE_F16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_ptr_null(kv);
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q8_0, RILL_DTYPE_Q4_0, 16, 4, &kv),
+                     RILL_OK);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
+    ck_assert_int_eq(lay->k_dtype, RILL_DTYPE_Q8_0);
+    ck_assert_int_eq(lay->v_dtype, RILL_DTYPE_Q4_0);
+    const rill_hparams_t *hp = rill_model_hparams(g.model);
+    /* a page: P rows of K (34 bytes per 32 values) and of V (18) per KV head */
+    ck_assert_int_eq(rill_kv_page_bytes(lay),
+                     (int64_t)16 * hp->n_head_kv * (34 + 18) * (hp->head_dim / 32));
+    ck_assert_int_eq(rill_kv_cache_bytes(kv), rill_kv_page_bytes(lay) * 4 * hp->n_layer);
+    rill_kv_cache_destroy(&kv);
+    const int64_t live = rill_mem_stats_total().n_live;
+    for (int64_t nth = 1; nth <= 3; nth++) {
+        rill_mem_fail_nth(nth);
+        rill_err_t err =
+            rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q4_0, RILL_DTYPE_Q8_0, 16, 4, &kv);
+        rill_mem_fail_nth(0);
+        if (err == RILL_OK) {
+            rill_kv_cache_destroy(&kv);
+            continue;
+        }
+        ck_assert_int_eq(err, RILL_ENOMEM);
+        ck_assert_ptr_null(kv);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(kv_cache_copy_pages_every_layer) {
     rig_t g;
     rig_open(&g, "rill-tiny-qwen2-Q8_0.gguf", RILL_BACKEND_CPU, 2, 64, 256);
@@ -1059,6 +1103,7 @@ int main(void) {
     tcase_add_test(tc, resident_ids_equal_host_argmax);
     tcase_add_test(tc, resident_greedy_equals_host_greedy);
     tcase_add_test(tc, kv_cache_copy_pages_every_layer);
+    tcase_add_test(tc, kv_cache_types_are_checked);
     tcase_add_test(tc, resident_ids_errors);
     tcase_add_test(tc, tiny_flash_matches_llama_cpp_flash);
     tcase_add_test(tc, tiny_kvquant_matches_llama_cpp);
