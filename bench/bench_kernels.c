@@ -136,7 +136,8 @@ static double time_step(rill_backend_t *b, rill_weight_t *w[][N_SHAPES], int ns,
 
 /* Attention timing: returns ms per call (best of 3 runs of >= min_time / 3). */
 static double time_attention(rill_backend_t *b, int32_t n_tok, int32_t n_ctx, double min_time) {
-    const rill_kv_layout_t kv = { RILL_DTYPE_F16, 16, 3, 64, (n_ctx + n_tok + 15) / 16 };
+    const rill_kv_layout_t kv = { RILL_DTYPE_F16,           RILL_DTYPE_F16, 16, 3, 64,
+                                  (n_ctx + n_tok + 15) / 16 };
     const int32_t n_head = 9;
     int32_t *pages = malloc((size_t)kv.n_pages * sizeof *pages);
     rill_batch_token_t *tok = malloc((size_t)n_tok * sizeof *tok);

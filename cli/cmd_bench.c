@@ -67,7 +67,8 @@ static int measure(local_t *l, const int32_t *ids, int32_t n_tok, bool tg, int32
 }
 
 static int bench_model(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", "-d plus the larger of -p and -n" };
+    local_opts_t lo = { NULL, 0,   0, "cpu", "f16", "exact", "-d plus the larger of -p and -n",
+                        NULL, NULL };
     int64_t n_prompt = 512, n_gen = 128, depth = 0, reps = 3;
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_STRING, &lo.model_path, "GGUF model file (default: SmolLM2-135M)", 0,
@@ -83,7 +84,12 @@ static int bench_model(int argc, char **argv) {
         { "threads", "-t", CLI_INT, &lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
         { "reps", "-r", CLI_INT, &reps, "measured runs per test (after one warm-up)", 1, 1000 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
-        { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "kv-type", NULL, CLI_STRING, &lo.kv_type,
+          "KV cache type of K and V: f16, f32, q8_0 or q4_0", 0, -1 },
+        { "cache-type-k", NULL, CLI_STRING, &lo.cache_type_k,
+          "K cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
+        { "cache-type-v", NULL, CLI_STRING, &lo.cache_type_v,
+          "V cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
         { "attn", NULL, CLI_STRING, &lo.attn,
           "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
           "softmax, O(1) memory per query)",

@@ -45,7 +45,7 @@ static char *apply_chat(const local_t *l, const char *prompt, const char *system
 }
 
 int cmd_generate(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL, NULL, NULL };
     const char *prompt = NULL, *system = NULL;
     bool chat = false;
     int64_t n_predict = 128;
@@ -70,7 +70,12 @@ int cmd_generate(int argc, char **argv) {
         { "seed", "-s", CLI_INT, &seed, "random seed", 0, 9.2e18 },
         { "threads", "-t", CLI_INT, &lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
         { "ctx", "-c", CLI_INT, &lo.n_ctx, "context size, 0 = min(model's, 4096)", 0, 1 << 24 },
-        { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "kv-type", NULL, CLI_STRING, &lo.kv_type,
+          "KV cache type of K and V: f16, f32, q8_0 or q4_0", 0, -1 },
+        { "cache-type-k", NULL, CLI_STRING, &lo.cache_type_k,
+          "K cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
+        { "cache-type-v", NULL, CLI_STRING, &lo.cache_type_v,
+          "V cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
         { "attn", NULL, CLI_STRING, &lo.attn,
           "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
           "softmax, O(1) memory per query)",

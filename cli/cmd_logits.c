@@ -13,7 +13,7 @@
 #include "rill_alloc.h"
 
 int cmd_logits(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL, NULL, NULL };
     const char *tokens = NULL, *out_path = NULL;
     bool all = false;
     const cli_opt_t opts[] = {
@@ -26,7 +26,12 @@ int cmd_logits(int argc, char **argv) {
         { "out", "-o", CLI_STRING, &out_path, "write raw little-endian float32 to this file", 0,
           -1 },
         { "backend", NULL, CLI_STRING, &lo.backend, "cpu (fast) or ref (plain-C oracle)", 0, -1 },
-        { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "kv-type", NULL, CLI_STRING, &lo.kv_type,
+          "KV cache type of K and V: f16, f32, q8_0 or q4_0", 0, -1 },
+        { "cache-type-k", NULL, CLI_STRING, &lo.cache_type_k,
+          "K cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
+        { "cache-type-v", NULL, CLI_STRING, &lo.cache_type_v,
+          "V cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
         { "attn", NULL, CLI_STRING, &lo.attn,
           "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
           "softmax, O(1) memory per query)",

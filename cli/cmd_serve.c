@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "local.h"
 #include "rill_log.h"
 #include "rill_server.h"
 
@@ -104,6 +105,7 @@ static int parse_model(const char *v, rill_server_model_t *out, char name[64]) {
 int cmd_serve(int argc, char **argv) {
     rill_server_params_t p = rill_server_default_params();
     const char *config = NULL, *fsync = "everysec", *attn = "flash";
+    local_opts_t kvo = { .kv_type = "f16" }; /* only the cache types are read */
     cli_list_t models = { .n = 0 };
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
@@ -142,6 +144,12 @@ int cmd_serve(int argc, char **argv) {
         { "attn", NULL, CLI_STRING, &attn,
           "attention kernel: flash (faster on long contexts) or exact (llama.cpp's bits)", 1, 0 },
         { "kv-cells", NULL, CLI_INT, &kv_cells, "KV budget in token cells", 16, 1e9 },
+        { "kv-type", NULL, CLI_STRING, &kvo.kv_type,
+          "KV cache type of K and V: f16, f32, q8_0 or q4_0", 1, 0 },
+        { "cache-type-k", NULL, CLI_STRING, &kvo.cache_type_k,
+          "K cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 1, 0 },
+        { "cache-type-v", NULL, CLI_STRING, &kvo.cache_type_v,
+          "V cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 1, 0 },
         { "max-sessions", NULL, CLI_INT, &max_sessions, "most open sessions", 1, 1e6 },
         { "window", NULL, CLI_INT, &window, "window of a session created without one", 0, 1e6 },
         { "sinks", NULL, CLI_INT, &sinks, "sink tokens of such a session", 0, 1e6 },
@@ -216,6 +224,9 @@ int cmd_serve(int argc, char **argv) {
         p.attn = attn[0] == 'f' ? RILL_ATTN_FLASH : RILL_ATTN_EXACT;
     } else {
         fprintf(stderr, "rill serve: --attn must be flash or exact, got '%s'\n", attn);
+        return 2;
+    }
+    if (local_cache_types(&kvo, &p.kv_type_k, &p.kv_type_v) != 0) {
         return 2;
     }
     p.threads = (int32_t)threads;

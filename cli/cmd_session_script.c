@@ -436,7 +436,7 @@ static bool read_line(FILE *f, char **buf, size_t *cap, bool *oom) {
 }
 
 int cmd_session_script(int argc, char **argv) {
-    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL };
+    local_opts_t lo = { NULL, 0, 0, "cpu", "f16", "exact", NULL, NULL, NULL };
     int64_t cells = 8192, n_ctx = 0;
     const char *kv_mem = NULL;
     const cli_opt_t opts[] = {
@@ -452,7 +452,12 @@ int cmd_session_script(int argc, char **argv) {
           0, -1 },
         { "ctx", "-c", CLI_INT, &n_ctx, "positions a session may use, 0 = the model's context", 0,
           1 << 24 },
-        { "kv-type", NULL, CLI_STRING, &lo.kv_type, "KV cache element type: f16 or f32", 0, -1 },
+        { "kv-type", NULL, CLI_STRING, &lo.kv_type,
+          "KV cache type of K and V: f16, f32, q8_0 or q4_0", 0, -1 },
+        { "cache-type-k", NULL, CLI_STRING, &lo.cache_type_k,
+          "K cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
+        { "cache-type-v", NULL, CLI_STRING, &lo.cache_type_v,
+          "V cache type: f32, f16, q8_0 or q4_0 (default: --kv-type's)", 0, -1 },
         { "attn", NULL, CLI_STRING, &lo.attn,
           "attention kernel: exact (llama.cpp's non-flash bits) or flash (one-pass online "
           "softmax, O(1) memory per query)",
@@ -520,10 +525,11 @@ int cmd_session_script(int argc, char **argv) {
         goto done;
     }
     if (kv_mem != NULL) {
-        /* Bytes per cell: K and V of every layer, in the cache's element type. */
+        /* Bytes per cell: a K row and a V row per KV head of every layer, in the cache types. */
         const rill_hparams_t *hp = sc->l.hp;
-        int64_t elt = strcmp(lo.kv_type, "f32") == 0 ? 4 : 2;
-        int64_t per_cell = 2 * (int64_t)hp->n_layer * hp->n_head_kv * hp->head_dim * elt;
+        int64_t per_cell = (int64_t)hp->n_layer * hp->n_head_kv *
+                           (rill_dtype_row_bytes(sc->l.k_type, hp->head_dim) +
+                            rill_dtype_row_bytes(sc->l.v_type, hp->head_dim));
         char *end = NULL;
         double v = strtod(kv_mem, &end);
         double mul = *end == 'K' || *end == 'k'   ? 1024.0
@@ -550,7 +556,8 @@ int cmd_session_script(int argc, char **argv) {
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = cells;
     pp.n_ctx = (int32_t)n_ctx;
-    pp.kv_type = strcmp(lo.kv_type, "f32") == 0 ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
+    pp.kv_type = sc->l.k_type;
+    pp.kv_type_v = (int32_t)sc->l.v_type;
     pp.tokenizer = sc->l.tok;
     rill_err_t err = rill_session_pool_new(sc->l.fw, &pp, &sc->pool);
     if (err != RILL_OK) {

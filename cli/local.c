@@ -12,6 +12,46 @@
 #include "local.h"
 #include "rill_alloc.h"
 
+/* One cache type name; -1 for an unknown one. */
+static int cache_type_of(const char *name) {
+    static const rill_dtype_t types[] = { RILL_DTYPE_F32, RILL_DTYPE_F16, RILL_DTYPE_Q8_0,
+                                          RILL_DTYPE_Q4_0 };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (strcmp(name, rill_dtype_name(types[i])) == 0) {
+            return (int)types[i];
+        }
+    }
+    return -1;
+}
+
+int local_cache_types(const local_opts_t *o, rill_dtype_t *k, rill_dtype_t *v) {
+    const struct {
+        const char *flag, *name;
+        rill_dtype_t *out;
+    } parts[] = {
+        { "--kv-type", o->kv_type, k },
+        { "--cache-type-k", o->cache_type_k, k },
+        { "--cache-type-v", o->cache_type_v, v },
+    };
+    *k = *v = RILL_DTYPE_F16;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        if (parts[i].name == NULL) {
+            continue;
+        }
+        const int t = cache_type_of(parts[i].name);
+        if (t < 0) {
+            fprintf(stderr, "rill: %s must be f32, f16, q8_0 or q4_0, got '%s'\n", parts[i].flag,
+                    parts[i].name);
+            return 1;
+        }
+        *parts[i].out = (rill_dtype_t)t;
+        if (i == 0) {
+            *v = (rill_dtype_t)t;
+        }
+    }
+    return 0;
+}
+
 int local_open(local_t *l, const local_opts_t *o) {
     memset(l, 0, sizeof *l);
     const char *path = o->model_path != NULL ? o->model_path : cli_default_model();
@@ -66,11 +106,15 @@ int local_open(local_t *l, const local_opts_t *o) {
         fprintf(stderr, "rill: %s: %s\n", path, rill_strerror(err));
         goto fail;
     }
-    rill_dtype_t kvt = RILL_DTYPE_F16;
-    if (o->kv_type != NULL && strcmp(o->kv_type, "f32") == 0) {
-        kvt = RILL_DTYPE_F32;
-    } else if (o->kv_type != NULL && strcmp(o->kv_type, "f16") != 0) {
-        fprintf(stderr, "rill: --kv-type must be f16 or f32, got '%s'\n", o->kv_type);
+    if (local_cache_types(o, &l->k_type, &l->v_type) != 0) {
+        goto fail;
+    }
+    if (!rill_kv_type_ok(l->k_type, l->hp->head_dim) ||
+        !rill_kv_type_ok(l->v_type, l->hp->head_dim)) {
+        fprintf(stderr,
+                "rill: a q8_0 or q4_0 cache needs a head size that is a multiple of 32; this "
+                "model's is %d\n",
+                l->hp->head_dim);
         goto fail;
     }
     int64_t n_ctx = o->n_ctx;
@@ -85,7 +129,7 @@ int local_open(local_t *l, const local_opts_t *o) {
         goto fail;
     }
     int32_t n_pages = (int32_t)((n_ctx + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE);
-    err = rill_kv_cache_new(l->fw, kvt, RILL_KV_PAGE_SIZE, n_pages, &l->kv);
+    err = rill_kv_cache_new_types(l->fw, l->k_type, l->v_type, RILL_KV_PAGE_SIZE, n_pages, &l->kv);
     if (err != RILL_OK) {
         fprintf(stderr, "rill: cannot allocate a KV cache of %lld positions: %s\n",
                 (long long)n_ctx, rill_strerror(err));

@@ -17,13 +17,15 @@
 #include "rill_tokenizer.h"
 
 typedef struct local_opts {
-    const char *model_path; /* NULL: the default model */
-    int64_t threads;        /* 0: one per CPU */
-    int64_t n_ctx;          /* 0: the model's training context, capped at 4096 */
-    const char *backend;    /* "cpu" (default) or "ref" */
-    const char *kv_type;    /* "f16" (default) or "f32" */
-    const char *attn;       /* attention kernel: "exact" (default; NULL too) or "flash" */
-    const char *ctx_from;   /* the options n_ctx comes from, for errors (NULL: "--ctx") */
+    const char *model_path;   /* NULL: the default model */
+    int64_t threads;          /* 0: one per CPU */
+    int64_t n_ctx;            /* 0: the model's training context, capped at 4096 */
+    const char *backend;      /* "cpu" (default) or "ref" */
+    const char *kv_type;      /* K and V cache type: "f16" (default), "f32", "q8_0" or "q4_0" */
+    const char *attn;         /* attention kernel: "exact" (default; NULL too) or "flash" */
+    const char *ctx_from;     /* the options n_ctx comes from, for errors (NULL: "--ctx") */
+    const char *cache_type_k; /* K's cache type over kv_type's (--cache-type-k); NULL: kv_type */
+    const char *cache_type_v; /* V's cache type over kv_type's (--cache-type-v); NULL: kv_type */
 } local_opts_t;
 
 typedef struct local {
@@ -35,9 +37,15 @@ typedef struct local {
     int32_t *pages; /* identity page table */
     int32_t n_ctx;
     int32_t n_vocab;
-    int32_t n_past; /* positions [0, n_past) hold K/V */
+    int32_t n_past;              /* positions [0, n_past) hold K/V */
+    rill_dtype_t k_type, v_type; /* the cache types local_open() resolved */
     const rill_hparams_t *hp;
 } local_t;
+
+/* Resolves the cache types of o (kv_type for both, cache_type_k / cache_type_v over it; names
+ * f32, f16, q8_0, q4_0) into *k and *v. Prints a message naming the flag and returns non-zero
+ * on an unknown name. */
+int local_cache_types(const local_opts_t *o, rill_dtype_t *k, rill_dtype_t *v);
 
 /* Loads everything; prints a message to stderr and returns non-zero on failure (l is then
  * cleaned up). */

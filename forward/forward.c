@@ -270,6 +270,16 @@ int32_t rill_forward_max_batch(const rill_forward_t *fw) {
 
 rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t page_size,
                              int32_t n_pages, rill_kv_cache_t **out) {
+    if (out != NULL && dtype != RILL_DTYPE_F16 && dtype != RILL_DTYPE_F32) {
+        *out = NULL;
+        return rill__error(RILL_EINVAL, "KV cache type %s: rill_kv_cache_new takes f16 or f32",
+                           rill_dtype_name(dtype));
+    }
+    return rill_kv_cache_new_types(fw, dtype, dtype, page_size, n_pages, out);
+}
+
+rill_err_t rill_kv_cache_new_types(rill_forward_t *fw, rill_dtype_t k_dtype, rill_dtype_t v_dtype,
+                                   int32_t page_size, int32_t n_pages, rill_kv_cache_t **out) {
     if (out == NULL) {
         return RILL_EINVAL;
     }
@@ -277,19 +287,34 @@ rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t pag
     if (fw == NULL) {
         return RILL_EINVAL;
     }
-    return rill__kv_cache_new(fw->be, fw, fw->hp.n_layer, fw->hp.n_head_kv, fw->hp.head_dim, dtype,
-                              page_size, n_pages, out);
+    return rill__kv_cache_new_types(fw->be, fw, fw->hp.n_layer, fw->hp.n_head_kv, fw->hp.head_dim,
+                                    k_dtype, v_dtype, page_size, n_pages, out);
 }
 
 rill_err_t rill__kv_cache_new(rill_backend_t *be, const void *owner, int32_t n_layer,
                               int32_t n_kv_heads, int32_t head_dim, rill_dtype_t dtype,
                               int32_t page_size, int32_t n_pages, rill_kv_cache_t **out) {
     *out = NULL;
-    rill_kv_layout_t layout = { dtype, page_size, n_kv_heads, head_dim, n_pages };
-    int64_t pool = rill_kv_pool_bytes(&layout);
-    if (pool <= 0 || (dtype != RILL_DTYPE_F16 && dtype != RILL_DTYPE_F32)) {
+    if (dtype != RILL_DTYPE_F16 && dtype != RILL_DTYPE_F32) {
         return rill__error(RILL_EINVAL, "invalid KV layout (dtype %s, page %d, pages %d)",
                            rill_dtype_name(dtype), page_size, n_pages);
+    }
+    return rill__kv_cache_new_types(be, owner, n_layer, n_kv_heads, head_dim, dtype, dtype,
+                                    page_size, n_pages, out);
+}
+
+rill_err_t rill__kv_cache_new_types(rill_backend_t *be, const void *owner, int32_t n_layer,
+                                    int32_t n_kv_heads, int32_t head_dim, rill_dtype_t k_dtype,
+                                    rill_dtype_t v_dtype, int32_t page_size, int32_t n_pages,
+                                    rill_kv_cache_t **out) {
+    *out = NULL;
+    rill_kv_layout_t layout = { k_dtype, v_dtype, page_size, n_kv_heads, head_dim, n_pages };
+    int64_t pool = rill_kv_pool_bytes(&layout);
+    if (pool <= 0) {
+        return rill__error(
+            RILL_EINVAL, "invalid KV layout (K %s, V %s, head_dim %d, page %d, pages %d)%s",
+            rill_dtype_name(k_dtype), rill_dtype_name(v_dtype), head_dim, page_size, n_pages,
+            head_dim % 32 != 0 ? " (q8_0 and q4_0 need head_dim % 32 == 0)" : "");
     }
     if (pool > INT64_MAX / n_layer) {
         return RILL_EINVAL;

@@ -22,10 +22,18 @@ struct rill_kv_cache {
     void **pools;       /* host: [n_layer] layer pools (backend pointers), for page copies */
 };
 
-/* n_layer pools of the layout (dtype, page_size, n_kv_heads, head_dim, n_pages) in be's memory,
- * tagged with owner. Errors: RILL_EINVAL (bad layout), RILL_ENOMEM; *out NULL on error. */
+/* n_layer pools of the layout (dtype for K and V: F16 or F32 only, page_size, n_kv_heads,
+ * head_dim, n_pages) in be's memory, tagged with owner. Errors: RILL_EINVAL (bad layout, another
+ * dtype), RILL_ENOMEM; *out NULL on error. */
 rill_err_t rill__kv_cache_new(rill_backend_t *be, const void *owner, int32_t n_layer,
                               int32_t n_kv_heads, int32_t head_dim, rill_dtype_t dtype,
                               int32_t page_size, int32_t n_pages, rill_kv_cache_t **out);
+
+/* rill__kv_cache_new() with K and V of their own types (each F32, F16, Q8_0 or Q4_0:
+ * rill_kv_type_ok). Errors: as rill__kv_cache_new(). */
+rill_err_t rill__kv_cache_new_types(rill_backend_t *be, const void *owner, int32_t n_layer,
+                                    int32_t n_kv_heads, int32_t head_dim, rill_dtype_t k_dtype,
+                                    rill_dtype_t v_dtype, int32_t page_size, int32_t n_pages,
+                                    rill_kv_cache_t **out);
 
 #endif /* RILL_FORWARD_INTERNAL_H */

@@ -19,7 +19,9 @@
  * L = max_logits:  4 * (T * (2E + 2Q + 2KV + 2F) + L * (E + V)) bytes. For SmolLM2-135M with the
  * defaults (T = 512, L = 32): 4 * (512 * (1152 + 1152 + 384 + 3072) + 32 * (576 + 49152)) =
  * 18.2 MiB, plus the backend's own scratch (rill_backend.h) and the KV cache:
- * 2 * n_layer * KV * (2 bytes for F16) per token = 30 KiB per token for SmolLM2-135M.
+ * 2 * n_layer * KV * (2 bytes for F16) per token = 22.5 KiB per token for SmolLM2-135M (30
+ * layers, KV = 192); Q8_0 K and V take 34 / 32 bytes a value (12.0 KiB a token), Q4_0 18 / 32
+ * (6.3 KiB): rill_kv_cache_new_types.
  *
  * Thread safety: a rill_forward_t and its KV caches belong to one thread at a time (the thread
  * that owns the backend). The model may be shared with other forwards on other threads.
@@ -74,6 +76,17 @@ int32_t rill_forward_max_batch(const rill_forward_t *fw);
  * *out; destroy with rill_kv_cache_destroy() before the forward. */
 rill_err_t rill_kv_cache_new(rill_forward_t *fw, rill_dtype_t dtype, int32_t page_size,
                              int32_t n_pages, rill_kv_cache_t **out);
+
+/* rill_kv_cache_new() with K and V of their own types, as llama.cpp's --cache-type-k and
+ * --cache-type-v: each RILL_DTYPE_F32, _F16, _Q8_0 or _Q4_0 (the block types need the model's
+ * head_dim to be a multiple of 32). Bytes per cached token and layer: Hkv * (row(K) + row(V)),
+ * a row of D values being 4 D (f32), 2 D (f16), 34 D / 32 (q8_0), 18 D / 32 (q4_0). How the
+ * quantized rows are written and read: rill_backend.h, Numerics, quantized caches.
+ * Errors: RILL_EINVAL (NULL, another type, head_dim not a multiple of 32 for a block type, bad
+ * sizes; the detail in rill_last_error), RILL_ENOMEM. Caller owns *out; destroy with
+ * rill_kv_cache_destroy() before the forward. */
+rill_err_t rill_kv_cache_new_types(rill_forward_t *fw, rill_dtype_t k_dtype, rill_dtype_t v_dtype,
+                                   int32_t page_size, int32_t n_pages, rill_kv_cache_t **out);
 
 void rill_kv_cache_destroy(rill_kv_cache_t **kvp);
 

@@ -264,10 +264,23 @@ static bool f32_vector(const rill_backend_t *b, const rill_weight_t *w) {
     return weight_ok(b, w) && w->dtype == RILL_DTYPE_F32 && w->ne1 == 1;
 }
 
+bool rill_kv_type_ok(rill_dtype_t t, int32_t head_dim) {
+    switch (t) {
+    case RILL_DTYPE_F32:
+    case RILL_DTYPE_F16:
+        return true;
+    case RILL_DTYPE_Q8_0:
+    case RILL_DTYPE_Q4_0:
+        return head_dim % 32 == 0;
+    default:
+        return false;
+    }
+}
+
 static bool kv_layout_ok(const rill_kv_layout_t *kv) {
-    return kv != NULL && (kv->dtype == RILL_DTYPE_F16 || kv->dtype == RILL_DTYPE_F32) &&
-           kv->page_size >= 1 && kv->n_kv_heads >= 1 && kv->head_dim >= 1 &&
-           kv->head_dim <= RILL_KV_MAX_HEAD_DIM && kv->n_pages >= 1 &&
+    return kv != NULL && kv->page_size >= 1 && kv->n_kv_heads >= 1 && kv->head_dim >= 1 &&
+           kv->head_dim <= RILL_KV_MAX_HEAD_DIM && rill_kv_type_ok(kv->k_dtype, kv->head_dim) &&
+           rill_kv_type_ok(kv->v_dtype, kv->head_dim) && kv->n_pages >= 1 &&
            (double)kv->page_size * kv->n_kv_heads * kv->head_dim * 8.0 * kv->n_pages < 0x1p62;
 }
 
@@ -275,7 +288,7 @@ int64_t rill_kv_page_bytes(const rill_kv_layout_t *kv) {
     if (!kv_layout_ok(kv)) {
         return -1;
     }
-    return 2 * (int64_t)kv->page_size * kv->n_kv_heads * kv->head_dim * (int64_t)rill__kv_elt(kv);
+    return (int64_t)rill__kv_page_size_bytes(kv);
 }
 
 int64_t rill_kv_pool_bytes(const rill_kv_layout_t *kv) {

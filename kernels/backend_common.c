@@ -122,7 +122,7 @@ rill_err_t rill__host_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *k
                                     void *const *pools, int32_t n_pools, const int32_t *src,
                                     const int32_t *dst, int32_t n) {
     (void)b;
-    const size_t page = 2 * rill__kv_half_bytes(kv);
+    const size_t page = rill__kv_page_size_bytes(kv);
     for (int32_t p = 0; p < n_pools; p++) {
         uint8_t *base = pools[p];
         for (int32_t i = 0; i < n; i++) {

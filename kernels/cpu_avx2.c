@@ -1184,12 +1184,12 @@ static AVX2 void v_rows(const rill__attn_task_t *a, int32_t n_kv, const uint8_t 
     const rill_kv_layout_t *kv = a->kv;
     const int32_t D = kv->head_dim, P = kv->page_size;
     const int32_t n_chunks = (n_kv + 7) / 8;
-    *f16 = kv->dtype == RILL_DTYPE_F16 && copy == NULL;
+    *f16 = kv->k_dtype == RILL_DTYPE_F16 && copy == NULL;
     *row_bytes = (size_t)D * (*f16 ? 2u : 4u);
     int32_t pi = 0, row = 0;
     for (int32_t c = 0; c < n_chunks; c++) {
         const uint8_t *src = rill__kv_ptr(kv, a->pool, a->pages[pi], a->kv_head, row, 1);
-        if (kv->dtype == RILL_DTYPE_F16 && copy != NULL) {
+        if (kv->k_dtype == RILL_DTYPE_F16 && copy != NULL) {
             float *dst = copy + (size_t)c * 8 * D;
             const int32_t nc = n_kv - c * 8 < 8 ? n_kv - c * 8 : 8;
             for (int32_t i = 0; i < nc * D; i += 8) {
@@ -1222,7 +1222,7 @@ static AVX2 void attention_run(const rill__attn_task_t *a, int32_t t0, int32_t n
                                int32_t nh, bool v_copy) {
     const rill_kv_layout_t *kv = a->kv;
     const int32_t D = kv->head_dim, P = kv->page_size, np = D & ~31;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = kv->k_dtype == RILL_DTYPE_F16;
     const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)D));
     int32_t n_kv_max = 0;
     for (int32_t t = t0; t < t0 + n_t; t++) {
@@ -1349,7 +1349,7 @@ static AVX2 void attention_split(const rill__attn_task_t *a, int32_t t0, int32_t
         n_kv_max = a->tok[t].n_kv > n_kv_max ? a->tok[t].n_kv : n_kv_max;
     }
     /* the f32 V copy pays off once two or more queries share the rows */
-    const bool want_copy = a->kv->dtype == RILL_DTYPE_F16 && n_t * nh > 1;
+    const bool want_copy = a->kv->k_dtype == RILL_DTYPE_F16 && n_t * nh > 1;
     if (run_floats(n_t, nh, n_kv_max, D, want_copy) <= RILL__ATTN_SCRATCH) {
         attention_run(a, t0, n_t, h0, nh, want_copy);
     } else if (run_floats(n_t, nh, n_kv_max, D, false) <= RILL__ATTN_SCRATCH) {
@@ -1487,7 +1487,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
                            int32_t nh) {
     const rill_kv_layout_t *kv = a->kv;
     const int32_t D = kv->head_dim, P = kv->page_size, np = D & ~31;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = kv->k_dtype == RILL_DTYPE_F16;
     const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)D));
     const int32_t nq = n_t * nh; /* query (t, i) is r = (t - t0) * nh + i */
     int32_t n_kv_max = 0;
@@ -1640,7 +1640,7 @@ static AVX2 void flash_run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
 /* Splits a run until its scratch fits: tokens first, then heads (one query always fits). */
 static AVX2 void flash_split(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
                              int32_t nh) {
-    const bool f16 = a->kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = a->kv->k_dtype == RILL_DTYPE_F16;
     if (flash_floats(n_t * nh, a->kv->head_dim, f16) <= RILL__ATTN_SCRATCH || n_t * nh == 1) {
         flash_run(a, t0, n_t, h0, nh);
     } else if (n_t > 1) {

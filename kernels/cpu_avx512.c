@@ -169,7 +169,7 @@ INLINE AVX512 void run(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int3
                        const int32_t D) {
     const rill_kv_layout_t *kv = a->kv;
     const int32_t P = kv->page_size;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = kv->k_dtype == RILL_DTYPE_F16;
     const __m256 scale = _mm256_set1_ps(1.0f / sqrtf((float)D));
     const int32_t nq = n_t * nh; /* query (t, i) is r = (t - t0) * nh + i */
     int32_t n_kv_max = 0;
@@ -309,7 +309,7 @@ static AVX512 void run_any(const rill__attn_task_t *a, int32_t t0, int32_t n_t, 
 /* Splits a run until its scratch fits: tokens first, then heads (one query always fits). */
 static AVX512 void split(const rill__attn_task_t *a, int32_t t0, int32_t n_t, int32_t h0,
                          int32_t nh) {
-    const bool f16 = a->kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = a->kv->k_dtype == RILL_DTYPE_F16;
     if (run_floats(n_t * nh, a->kv->head_dim, f16) <= RILL__ATTN_SCRATCH || n_t * nh == 1) {
         run_any(a, t0, n_t, h0, nh);
     } else if (n_t > 1) {

@@ -172,12 +172,16 @@ static rill_err_t cpu_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t
     return RILL_OK;
 }
 
-static void store_row(const rill__cpu_kernels_t *k, const rill_kv_layout_t *kv, uint8_t *dst,
-                      const float *src) {
-    if (kv->dtype == RILL_DTYPE_F16) {
+/* One row into the pool as type t: F16 by the table's converter, the block types by
+ * rill_quantize_row (llama.cpp's quantizers, see rill_backend.h), F32 copied. */
+static void store_row(const rill__cpu_kernels_t *k, const rill_kv_layout_t *kv, rill_dtype_t t,
+                      uint8_t *dst, const float *src) {
+    if (t == RILL_DTYPE_F16) {
         k->to_f16((uint16_t *)dst, src, kv->head_dim);
-    } else {
+    } else if (t == RILL_DTYPE_F32) {
         memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
+    } else {
+        (void)rill_quantize_row(t, src, dst, kv->head_dim);
     }
 }
 
@@ -192,8 +196,8 @@ static void kv_store_tokens(void *ctx, int64_t begin, int64_t end, int thread) {
         const int32_t row = tk->slot % kv->page_size;
         for (int32_t h = 0; h < kv->n_kv_heads; h++) {
             const size_t off = ((size_t)t * kv->n_kv_heads + h) * kv->head_dim;
-            store_row(k, kv, rill__kv_ptr(kv, j->pool, page, h, row, 0), j->k + off);
-            store_row(k, kv, rill__kv_ptr(kv, j->pool, page, h, row, 1), j->v + off);
+            store_row(k, kv, kv->k_dtype, rill__kv_ptr(kv, j->pool, page, h, row, 0), j->k + off);
+            store_row(k, kv, kv->v_dtype, rill__kv_ptr(kv, j->pool, page, h, row, 1), j->v + off);
         }
     }
 }
@@ -214,6 +218,26 @@ typedef struct attn_job {
     const float *q;
     int32_t n_head, group, q_per_task, n_sub, t_per_block;
 } attn_job_t;
+
+/* A task over a quantized (or mixed-type) cache: the reference's per-head functions, which
+ * read quantized K by its integer dot and decode one V row at a time (see rill_backend.h,
+ * quantized caches), so every backend of the exact class gives the reference's bits. */
+static void per_head_ref(const rill__attn_task_t *a, bool flash) {
+    const int32_t D = a->kv->head_dim;
+    for (int32_t i = 0; i < a->n_t; i++) {
+        for (int32_t h = 0; h < a->n_q; h++) {
+            const float *q = a->q + (size_t)i * a->tok_stride + (size_t)h * D;
+            float *o = a->out + (size_t)i * a->tok_stride + (size_t)h * D;
+            if (flash) {
+                rill__attention_head_flash_ref(a->kv, a->pool, a->pages, a->kv_head, a->tok[i].n_kv,
+                                               q, o);
+            } else {
+                rill__attention_head_ref(a->kv, a->pool, a->pages, a->kv_head, a->tok[i].n_kv,
+                                         a->batched, q, o);
+            }
+        }
+    }
+}
 
 static void attn_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
     const attn_job_t *j = ctx;
@@ -247,7 +271,9 @@ static void attn_tasks(void *ctx, int64_t begin, int64_t end, int thread) {
                 .out = j->out + ((size_t)t0 * j->n_head + h0) * D,
                 .scratch = rows,
             };
-            if (j->b->params.attn == RILL_ATTN_FLASH) {
+            if (!rill__kv_plain(j->kv)) {
+                per_head_ref(&a, j->b->params.attn == RILL_ATTN_FLASH);
+            } else if (j->b->params.attn == RILL_ATTN_FLASH) {
                 cpu(j->b)->k->attention_flash(&a);
             } else {
                 cpu(j->b)->k->attention(&a);
@@ -292,9 +318,9 @@ static rill_err_t cpu_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
         for (int32_t h = 0; h < kv->n_kv_heads; h++) {
             for (int32_t row = 0; row < kv->page_size; row++) {
                 uint8_t *p = rill__kv_ptr(kv, pool, pages[i], h, row, 0);
-                (void)rill_dequantize_row(kv->dtype, p, kr, kv->head_dim);
+                (void)rill_dequantize_row(kv->k_dtype, p, kr, kv->head_dim);
                 cpu(b)->k->rope_apply(kr, rope, cs);
-                store_row(cpu(b)->k, kv, p, kr);
+                store_row(cpu(b)->k, kv, kv->k_dtype, p, kr);
             }
         }
     }
@@ -322,7 +348,7 @@ static void copy_items(void *ctx, int64_t begin, int64_t end, int thread) {
 static rill_err_t cpu_kv_copy_pages(rill_backend_t *b, const rill_kv_layout_t *kv,
                                     void *const *pools, int32_t n_pools, const int32_t *src,
                                     const int32_t *dst, int32_t n) {
-    copy_job_t j = { pools, src, dst, n, 2 * rill__kv_half_bytes(kv) };
+    copy_job_t j = { pools, src, dst, n, rill__kv_page_size_bytes(kv) };
     const int64_t items = (int64_t)n_pools * n;
     /* a float per 4 bytes, as the other ops count their work */
     rill_pool_for(pool_for_work(b, items * (int64_t)(j.page / 4)), items, 0, copy_items, &j);

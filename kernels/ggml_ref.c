@@ -487,43 +487,74 @@ static void kv_row(const rill_kv_layout_t *kv, const void *pool, const int32_t *
                    int32_t kv_head, int32_t slot, int v, float *dst) {
     const uint8_t *p =
         rill__kv_ptr(kv, pool, pages[slot / kv->page_size], kv_head, slot % kv->page_size, v);
-    (void)rill_dequantize_row(kv->dtype, p, dst, kv->head_dim);
+    (void)rill_dequantize_row(v ? kv->v_dtype : kv->k_dtype, p, dst, kv->head_dim);
 }
 
 static float round_f16(float x) {
     return rill_fp16_to_f32(rill_f32_to_fp16(x));
 }
 
-/* w_j of rill__attention_head_ref: the scaled score with the mask's +0 (which turns -0 to +0). */
-static float attn_logit(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
-                        int32_t kv_head, int32_t slot, const float *qr, float scale) {
+static bool kv_quantized(rill_dtype_t t) {
+    return t == RILL_DTYPE_Q8_0 || t == RILL_DTYPE_Q4_0;
+}
+
+/* The query as K's dot products read it: F16 K, q rounded to f16 (ggml converts src1); F32 K,
+ * q itself; Q8_0 / Q4_0 K, q quantized to Q8_0 (their vec_dot type) in qa. */
+typedef struct kq_query {
+    float qr[RILL_KV_MAX_HEAD_DIM];
+    block_q8_0 qa[RILL_KV_MAX_HEAD_DIM / QK8_0];
+} kq_query_t;
+
+static void kq_prepare(const rill_kv_layout_t *kv, const float *q, kq_query_t *kq) {
+    if (kv_quantized(kv->k_dtype)) {
+        rill__act_quantize_ref(kv->k_dtype, q, kq->qa, kv->head_dim);
+        return;
+    }
+    for (int32_t d = 0; d < kv->head_dim; d++) {
+        kq->qr[d] = kv->k_dtype == RILL_DTYPE_F16 ? round_f16(q[d]) : q[d];
+    }
+}
+
+/* dot(K_slot, q) as llama.cpp forms it for K's type (no scale). */
+static float kq_dot(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
+                    int32_t kv_head, int32_t slot, const kq_query_t *kq) {
+    const int32_t D = kv->head_dim;
+    if (kv_quantized(kv->k_dtype)) {
+        const uint8_t *p =
+            rill__kv_ptr(kv, pool, pages[slot / kv->page_size], kv_head, slot % kv->page_size, 0);
+        return rill__dot_ggml(kv->k_dtype, p, kq->qa, D, RILL__MM_VEC);
+    }
     float kr[RILL_KV_MAX_HEAD_DIM];
     kv_row(kv, pool, pages, kv_head, slot, 0, kr);
-    const float s = kv->dtype == RILL_DTYPE_F16 ? rill__ggml_dot_f16(kr, qr, kv->head_dim)
-                                                : rill__ggml_dot_f32(kr, qr, kv->head_dim);
-    return s * scale + 0.0f;
+    return kv->k_dtype == RILL_DTYPE_F16 ? rill__ggml_dot_f16(kr, kq->qr, D)
+                                         : rill__ggml_dot_f32(kr, kq->qr, D);
+}
+
+/* w_j of rill__attention_head_ref: the scaled score with the mask's +0 (which turns -0 to +0). */
+static float attn_logit(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
+                        int32_t kv_head, int32_t slot, const kq_query_t *kq, float scale) {
+    return kq_dot(kv, pool, pages, kv_head, slot, kq) * scale + 0.0f;
 }
 
 void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, const int32_t *pages,
                               int32_t kv_head, int32_t n_kv, bool batched, const float *q,
                               float *out) {
     const int32_t D = kv->head_dim;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
+    const bool f16 = kv->v_dtype == RILL_DTYPE_F16;
     const float scale = 1.0f / sqrtf((float)D);
-    float qr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
-    for (int32_t d = 0; d < D; d++) { /* Q meets K in K's type (ggml converts src1) */
-        qr[d] = f16 ? round_f16(q[d]) : q[d];
-    }
+    float vr[RILL_KV_MAX_HEAD_DIM];
+    kq_query_t kq; /* Q meets K in K's vec_dot type */
+    kq_prepare(kv, q, &kq);
     float max = -INFINITY;
     for (int32_t j = 0; j < n_kv; j++) {
-        const float w = attn_logit(kv, pool, pages, kv_head, j, qr, scale);
+        const float w = attn_logit(kv, pool, pages, kv_head, j, &kq, scale);
         max = max > w ? max : w; /* ggml's MAX(max, w) */
     }
     double sum = 0.0;
     for (int32_t j0 = 0; j0 < n_kv; j0 += 8) {
         float e[8] = { 0 }; /* masked slots: exp(-inf) = 0 */
         for (int32_t l = 0; l < 8 && j0 + l < n_kv; l++) {
-            e[l] = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j0 + l, qr, scale) - max);
+            e[l] = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j0 + l, &kq, scale) - max);
         }
         sum += (double)rill__hsum_a(e);
     }
@@ -537,8 +568,8 @@ void rill__attention_head_ref(const rill_kv_layout_t *kv, const void *pool, cons
         }
     }
     for (int32_t j = 0; j < n_kv; j++) {
-        float p = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j, qr, scale) - max) * inv;
-        p = f16 ? round_f16(p) : p; /* KQ is converted to V's type */
+        float p = rill__ggml_expf(attn_logit(kv, pool, pages, kv_head, j, &kq, scale) - max) * inv;
+        p = f16 ? round_f16(p) : p; /* KQ is converted to V's type (a quantized V: kept f32) */
         const int32_t lane = batched ? j % 8 : j % 32;
         kv_row(kv, pool, pages, kv_head, j, 1, vr);
         for (int32_t d = 0; d < D; d++) {
@@ -559,12 +590,11 @@ void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool
                                     const int32_t *pages, int32_t kv_head, int32_t n_kv,
                                     const float *q, float *out) {
     const int32_t D = kv->head_dim;
-    const bool f16 = kv->dtype == RILL_DTYPE_F16;
     const float scale = 1.0f / sqrtf((float)D);
-    float qr[RILL_KV_MAX_HEAD_DIM], kr[RILL_KV_MAX_HEAD_DIM], vr[RILL_KV_MAX_HEAD_DIM];
-    float acc[RILL_KV_MAX_HEAD_DIM], s[RILL_ATTN_FLASH_BLOCK];
+    float vr[RILL_KV_MAX_HEAD_DIM], acc[RILL_KV_MAX_HEAD_DIM], s[RILL_ATTN_FLASH_BLOCK];
+    kq_query_t kq;
+    kq_prepare(kv, q, &kq);
     for (int32_t d = 0; d < D; d++) {
-        qr[d] = f16 ? round_f16(q[d]) : q[d];
         acc[d] = 0.0f;
     }
     float m = -INFINITY, sum = 0.0f;
@@ -572,8 +602,7 @@ void rill__attention_head_flash_ref(const rill_kv_layout_t *kv, const void *pool
         const int32_t nb = n_kv - j0 < RILL_ATTN_FLASH_BLOCK ? n_kv - j0 : RILL_ATTN_FLASH_BLOCK;
         float bm = -INFINITY;
         for (int32_t i = 0; i < nb; i++) {
-            kv_row(kv, pool, pages, kv_head, j0 + i, 0, kr);
-            s[i] = (f16 ? rill__ggml_dot_f16(kr, qr, D) : rill__ggml_dot_f32(kr, qr, D)) * scale;
+            s[i] = kq_dot(kv, pool, pages, kv_head, j0 + i, &kq) * scale;
             bm = bm > s[i] ? bm : s[i];
         }
         if (bm > m) { /* the first block too: c = exp(-inf) = 0 on zeros */

@@ -164,6 +164,13 @@ void rill__quantize_row_q8_1(const float *x, block_q8_1 *y, int64_t n) {
     }
 }
 
+/* ggml's (int8_t)(x * id + 8.5f) of a Q4_0 code, for every input: a finite one lies in
+ * [0, 16.5] and truncates the same; a NaN (non-finite input rows, which a KV cache may be fed)
+ * gives 0, what the x86 conversion gives, without the cast's undefined behaviour. */
+static int q4_0_code(float f) {
+    return f >= 0.0f && f < 127.0f ? (int)f : 0;
+}
+
 /* ggml's quantize_row_q4_0_ref: the scale is the value of largest magnitude over -8. */
 static void quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
     for (int64_t i = 0; i < n / QK4_0; i++, x += QK4_0) {
@@ -178,8 +185,8 @@ static void quantize_row_q4_0(const float *x, block_q4_0 *y, int64_t n) {
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
         y[i].d = rill_f32_to_fp16(d);
         for (int j = 0; j < QK4_0 / 2; j++) {
-            int q0 = (int8_t)(x[j] * id + 8.5f);
-            int q1 = (int8_t)(x[j + QK4_0 / 2] * id + 8.5f);
+            int q0 = q4_0_code(x[j] * id + 8.5f);
+            int q1 = q4_0_code(x[j + QK4_0 / 2] * id + 8.5f);
             q0 = q0 > 15 ? 15 : q0;
             q1 = q1 > 15 ? 15 : q1;
             y[i].qs[j] = (uint8_t)(q0 | (q1 << 4));

@@ -111,20 +111,14 @@ static rill_err_t ref_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t
     return RILL_OK;
 }
 
-/* f32 <-> pool element (F16 or F32) */
-static void to_pool(const rill_kv_layout_t *kv, uint8_t *dst, const float *src) {
-    if (kv->dtype == RILL_DTYPE_F16) {
-        uint16_t *h = (uint16_t *)dst;
-        for (int32_t d = 0; d < kv->head_dim; d++) {
-            h[d] = rill_f32_to_fp16(src[d]);
-        }
-    } else {
-        memcpy(dst, src, (size_t)kv->head_dim * sizeof(float));
-    }
+/* f32 <-> one pool row of type t (F32, F16, Q8_0, Q4_0): rill_quantize_row's bytes, which
+ * for the block types are those of the quantizers llama.cpp's CPU backend writes its cache with */
+static void to_pool(const rill_kv_layout_t *kv, rill_dtype_t t, uint8_t *dst, const float *src) {
+    (void)rill_quantize_row(t, src, dst, kv->head_dim);
 }
 
-static void from_pool(const rill_kv_layout_t *kv, const uint8_t *src, float *dst) {
-    (void)rill_dequantize_row(kv->dtype, src, dst, kv->head_dim);
+static void from_pool(const rill_kv_layout_t *kv, rill_dtype_t t, const uint8_t *src, float *dst) {
+    (void)rill_dequantize_row(t, src, dst, kv->head_dim);
 }
 
 /* Page and row of slot `slot` of token t's sequence. */
@@ -142,8 +136,8 @@ static rill_err_t ref_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, vo
         locate(b, kv, t, b->tok[t].slot, &page, &row);
         for (int32_t h = 0; h < hkv; h++) {
             const size_t off = ((size_t)t * hkv + h) * D;
-            to_pool(kv, rill__kv_ptr(kv, pool, page, h, row, 0), k + off);
-            to_pool(kv, rill__kv_ptr(kv, pool, page, h, row, 1), v + off);
+            to_pool(kv, kv->k_dtype, rill__kv_ptr(kv, pool, page, h, row, 0), k + off);
+            to_pool(kv, kv->v_dtype, rill__kv_ptr(kv, pool, page, h, row, 1), v + off);
         }
     }
     return RILL_OK;
@@ -181,9 +175,9 @@ static rill_err_t ref_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *k
         for (int32_t h = 0; h < kv->n_kv_heads; h++) {
             for (int32_t row = 0; row < kv->page_size; row++) {
                 uint8_t *p = rill__kv_ptr(kv, pool, pages[i], h, row, 0);
-                from_pool(kv, p, kr);
+                from_pool(kv, kv->k_dtype, p, kr);
                 rill__rope_apply(kr, rope, cs);
-                to_pool(kv, p, kr);
+                to_pool(kv, kv->k_dtype, p, kr);
             }
         }
     }

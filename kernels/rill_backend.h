@@ -73,8 +73,10 @@
  *
  * Paged KV pool (one per layer; the same page table serves every layer when the pools are
  * allocated alike): n_pages pages of rill_kv_page_bytes() bytes each. Page layout:
- *   K: (Hkv, P, D) then V: (Hkv, P, D), elements of kv->dtype (F16, llama.cpp's default cache
- *   type, or F32). K is stored after RoPE.
+ *   K: (Hkv, P, one K row) then V: (Hkv, P, one V row). A row is D values of the part's type
+ *   (kv->k_dtype, kv->v_dtype: F16, llama.cpp's default cache type, F32, or the ggml blocks
+ *   Q8_0 (34 bytes per 32 values: f16 scale, 32 int8) and Q4_0 (18 bytes: f16 scale, 16 bytes
+ *   of nibbles), D / 32 blocks). K is stored after RoPE.
  *
  * Numerics (what "matches llama.cpp" means here)
  *   With the default attention kernel (RILL_ATTN_EXACT) the backends of the exact class compute
@@ -136,6 +138,26 @@
  *     top-1 wherever its margin is clear. Memory: O(block) per query, so every n_kv runs on the
  *     fast path. Speed: 0.8x the exact kernel's time for prefill, about 1x for decode
  *     (docs/benchmarks.md).
+ *   - quantized caches (k_dtype or v_dtype Q8_0 / Q4_0; also K and V of different float types):
+ *     what is written is llama.cpp's: each new K or V row goes through the quantizer llama.cpp's
+ *     CPU backend uses for the cache type (Q8_0: the AVX2 quantize_row_q8_0's bytes; Q4_0:
+ *     quantize_row_q4_0_ref's). What is read, in both kernels, per (token, head):
+ *       quantized K: q is quantized once to Q8_0 (K's vec_dot type, as llama.cpp converts Q for
+ *         its flash kernel and its mul_mat) and s_j = ggml_vec_dot_q8_0_q8_0 /
+ *         ggml_vec_dot_q4_0_q8_0 of (K_j, q) (rill__dot_ggml, RILL__MM_VEC), times the scale;
+ *         F16 / F32 K as above;
+ *       quantized V: each V_j row is decoded to f32 (D values, on the stack: never a decoded copy
+ *         of the cache) and summed as an F32 pool's V (exact: p not rounded; flash: fmaf);
+ *         F16 V as above (exact: p rounded to f16).
+ *     So with RILL_ATTN_FLASH every s_j and every decoded V_j equals llama.cpp's flash kernel's
+ *     (ggml_compute_forward_flash_attn_ext_f16 reads K by vec_dot and V by to_float the same
+ *     way); only the online softmax differs, as for an F32 cache (llama.cpp run with its
+ *     attention rotation off, LLAMA_ATTN_ROT_DISABLE: by default it rotates Q, K and V by a
+ *     Hadamard transform before a quantized cache, which rill does not; docs/quantization.md has
+ *     the measured differences). llama.cpp needs flash attention
+ *     for a quantized V; rill's exact kernel takes one anyway (its definition, not llama.cpp's).
+ *     These layouts run the reference's per-head functions on every backend of the exact class
+ *     (threaded over heads in "cpu"), so they give the reference's bits there too.
  * A forward pass, once per step (T tokens, E = n_embd, F = n_ff, L layers):
  *     set_batch(batch)                              positions, slots, page tables
  *     get_rows(x, tok_embd, ids, T)                 x: (T, E)
@@ -458,16 +480,23 @@ typedef struct rill_rope {
 rill_err_t rill_backend_rope(rill_backend_t *b, float *x, int32_t n_heads, int32_t head_dim,
                              const rill_rope_t *rope);
 
+/* A pool's cache types, as llama.cpp's --cache-type-k / --cache-type-v: K and V each F32, F16
+ * (llama.cpp's default), Q8_0 or Q4_0 (ggml's blocks, head_dim a multiple of 32). */
 typedef struct rill_kv_layout {
-    rill_dtype_t dtype; /* RILL_DTYPE_F16 or RILL_DTYPE_F32 */
-    int32_t page_size;  /* P >= 1, default 16 */
-    int32_t n_kv_heads; /* Hkv >= 1 */
-    int32_t head_dim;   /* D, 1..RILL_KV_MAX_HEAD_DIM */
-    int32_t n_pages;    /* pages in the pool (>= 1) */
+    rill_dtype_t k_dtype; /* K's type: RILL_DTYPE_F32, _F16, _Q8_0 or _Q4_0 */
+    rill_dtype_t v_dtype; /* V's type: the same four */
+    int32_t page_size;    /* P >= 1, default 16 */
+    int32_t n_kv_heads;   /* Hkv >= 1 */
+    int32_t head_dim;     /* D, 1..RILL_KV_MAX_HEAD_DIM */
+    int32_t n_pages;      /* pages in the pool (>= 1) */
 } rill_kv_layout_t;
 
 #define RILL_KV_MAX_HEAD_DIM 256
 #define RILL_KV_PAGE_SIZE    16 /* the default P */
+
+/* True when t can be a KV cache type (F32, F16, Q8_0, Q4_0) for rows of head_dim values: the
+ * block types need head_dim to be a multiple of 32 (a row is whole blocks, as in llama.cpp). */
+bool rill_kv_type_ok(rill_dtype_t t, int32_t head_dim);
 
 /* Bytes of one page (K and V), or -1 for an invalid layout. */
 int64_t rill_kv_page_bytes(const rill_kv_layout_t *kv);
@@ -476,7 +505,10 @@ int64_t rill_kv_page_bytes(const rill_kv_layout_t *kv);
 int64_t rill_kv_pool_bytes(const rill_kv_layout_t *kv);
 
 /* Stores k (T, Hkv, D) and v (T, Hkv, D) of every batch token at its slot in `pool` (a backend
- * allocation of rill_kv_pool_bytes() bytes), converting to kv->dtype. Two tokens of the batch
+ * allocation of rill_kv_pool_bytes() bytes), converting K to kv->k_dtype and V to kv->v_dtype
+ * (f16 round to nearest even; Q8_0 and Q4_0 row by row with the quantizers llama.cpp's CPU
+ * backend uses when it writes a quantized cache: rill_quantize_row's bytes, see Numerics,
+ * quantized caches). Two tokens of the batch
  * must not name the same (sequence page, slot). Errors: RILL_EINVAL (no batch, invalid layout,
  * a slot beyond its page table, a page index outside [0, kv->n_pages)). */
 rill_err_t rill_backend_kv_store(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
@@ -495,7 +527,8 @@ rill_err_t rill_backend_attention(rill_backend_t *b, const rill_kv_layout_t *kv,
 /* Re-rotates the K rows of the listed pages (all P slots, every KV head) by `delta` positions
  * (RoPE rotations compose, so keys stored at position p end up as if stored at p + delta): the
  * re-basing step of a sliding window. pages is a host array of n_pages page indices. V is left
- * alone. Errors: RILL_EINVAL. */
+ * alone. A quantized K row is decoded, rotated in f32 and quantized again (as llama.cpp's
+ * K-shift does for a quantized cache: one more rounding per shift). Errors: RILL_EINVAL. */
 rill_err_t rill_backend_kv_rope_shift(rill_backend_t *b, const rill_kv_layout_t *kv, void *pool,
                                       const int32_t *pages, int32_t n_pages, int32_t delta,
                                       const rill_rope_t *rope);

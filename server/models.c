@@ -122,12 +122,15 @@ static int load_engine(srv_t *s, int32_t i) {
     }
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = s->p.kv_cells;
+    pp.kv_type = s->p.kv_type_k;
+    pp.kv_type_v = (int32_t)s->p.kv_type_v;
     pp.tokenizer = m->tok;
     rill_err_t err = rill_forward_new(m->model, s->be, NULL, &m->fw);
     err = err == RILL_OK ? rill_session_pool_new(m->fw, &pp, &m->pool) : err;
     if (err != RILL_OK) {
-        RILL_LOGE("rilld: %s: %s (forward pass and KV pool of %lld cells)", pm->path,
-                  rill_strerror(err), (long long)s->p.kv_cells);
+        RILL_LOGE("rilld: %s: %s (forward pass and KV pool of %lld cells, K %s, V %s)", pm->path,
+                  rill_strerror(err), (long long)s->p.kv_cells, rill_dtype_name(s->p.kv_type_k),
+                  rill_dtype_name(s->p.kv_type_v));
         return -1;
     }
     return 0;

@@ -88,6 +88,9 @@ typedef struct rill_server_params {
                                      (standing_min_interval_ns); 0: none; default 250 */
     double standing_share;        /* most share of engine time for refreshes, (0, 1]
                                      (standing_max_share); 1: no cap; default 0.5 */
+    rill_dtype_t kv_type_k;       /* K cache type of every model's pool: RILL_DTYPE_F16 (default),
+                                     _F32, _Q8_0 or _Q4_0 (rill_session.h, kv_type) */
+    rill_dtype_t kv_type_v;       /* V cache type, the same four; default RILL_DTYPE_F16 */
 } rill_server_params_t;
 
 /* The fixed question format (an answer ends at a blank line or a new "Question:"). */

@@ -44,6 +44,8 @@ rill_server_params_t rill_server_default_params(void) {
                                    .standing_interval_ms = 250,
                                    .standing_share = 0.5,
                                    .attn = RILL_ATTN_FLASH,
+                                   .kv_type_k = RILL_DTYPE_F16,
+                                   .kv_type_v = RILL_DTYPE_F16,
                                    .http_ep = NULL,
                                    .http_tokens = NULL,
                                    .http_replay = 256,

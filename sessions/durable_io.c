@@ -112,10 +112,29 @@ uint64_t rill__get_u64(const unsigned char *p) {
  * 14 u32 fields then the GGUF file size as u64: RILL__FP_BYTES bytes. */
 
 static const char *const fp_names[RILL__FP_FIELDS] = {
-    "architecture",     "n_vocab",        "n_embd",          "n_layer",     "n_ff",
-    "n_head",           "n_head_kv",      "head_dim",        "n_ctx_train", "rope type",
-    "rope base (bits)", "rms eps (bits)", "KV element type", "page size",   "GGUF file size",
+    "architecture",     "n_vocab",        "n_embd",         "n_layer",     "n_ff",
+    "n_head",           "n_head_kv",      "head_dim",       "n_ctx_train", "rope type",
+    "rope base (bits)", "rms eps (bits)", "KV cache types", "page size",   "GGUF file size",
 };
+
+/* The fingerprint's KV field: K's ggml type id in the low byte and (V's id XOR K's) in the
+ * next, so a pool whose K and V share a type writes that type's id alone, as files did before
+ * K and V had separate types (those still load where the types match). */
+#define FP_KV_FIELD 12
+
+static uint64_t kv_types_code(rill_dtype_t k, rill_dtype_t v) {
+    return (uint64_t)(uint32_t)k | ((uint64_t)((uint32_t)v ^ (uint32_t)k) & 0xffu) << 8;
+}
+
+static void kv_types_text(uint64_t code, char *buf, size_t len) {
+    const rill_dtype_t k = (rill_dtype_t)(code & 0xffu);
+    const rill_dtype_t v = (rill_dtype_t)((code & 0xffu) ^ ((code >> 8) & 0xffu));
+    if (code > 0xffffu || !rill_dtype_valid((int)k) || !rill_dtype_valid((int)v)) {
+        snprintf(buf, len, "unknown (%llu)", (unsigned long long)code);
+    } else {
+        snprintf(buf, len, "K %s, V %s", rill_dtype_name(k), rill_dtype_name(v));
+    }
+}
 
 static void fp_values(const rill_session_pool_t *p, uint64_t v[RILL__FP_FIELDS]) {
     const rill_model_t *m = rill_forward_model(p->fw);
@@ -136,7 +155,7 @@ static void fp_values(const rill_session_pool_t *p, uint64_t v[RILL__FP_FIELDS])
         (uint64_t)hp->rope_type,
         base,
         eps,
-        (uint64_t)p->layout.dtype,
+        kv_types_code(p->layout.k_dtype, p->layout.v_dtype),
         (uint64_t)p->P,
         rill_gguf_file_size(rill_model_gguf(m)),
     };
@@ -159,6 +178,16 @@ bool rill__fingerprint_check(const rill_session_pool_t *p, const unsigned char *
     for (int i = 0; i < RILL__FP_FIELDS; i++) {
         uint64_t got =
             i < RILL__FP_FIELDS - 1 ? rill__get_u32(in + 4 * i) : rill__get_u64(in + 4 * i);
+        if (got != v[i] && i == FP_KV_FIELD) {
+            char file_t[64], here_t[64];
+            kv_types_text(got, file_t, sizeof file_t);
+            kv_types_text(v[i], here_t, sizeof here_t);
+            snprintf(msg, msglen,
+                     "written with KV cache types %s; this pool has %s (a cache's contents are "
+                     "only read back with the types that wrote them)",
+                     file_t, here_t);
+            return false;
+        }
         if (got != v[i]) {
             snprintf(msg, msglen, "written for another model or pool: %s %llu, here %llu",
                      fp_names[i], (unsigned long long)got, (unsigned long long)v[i]);

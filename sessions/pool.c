@@ -26,6 +26,7 @@ rill_session_pool_params_t rill_session_pool_default_params(void) {
     p.n_cells = 8192;
     p.page_size = RILL_KV_PAGE_SIZE;
     p.kv_type = RILL_DTYPE_F16;
+    p.kv_type_v = RILL_SESSION_KV_SAME;
     p.n_ctx = 0;
     p.tokenizer = NULL;
     return p;
@@ -43,8 +44,17 @@ rill_err_t rill_session_pool_new(rill_forward_t *fw, const rill_session_pool_par
     rill_session_pool_params_t pp = params != NULL ? *params : rill_session_pool_default_params();
     const rill_hparams_t *hp = rill_model_hparams(rill_forward_model(fw));
     int32_t n_ctx = pp.n_ctx == 0 ? hp->n_ctx_train : pp.n_ctx;
-    if (pp.page_size < 1 || pp.page_size > 4096 || pp.n_cells < 1 ||
-        (pp.kv_type != RILL_DTYPE_F16 && pp.kv_type != RILL_DTYPE_F32) || n_ctx < pp.page_size ||
+    const int32_t v_type =
+        pp.kv_type_v == RILL_SESSION_KV_SAME ? (int32_t)pp.kv_type : pp.kv_type_v;
+    if (!rill_dtype_valid((int)pp.kv_type) || !rill_dtype_valid(v_type) ||
+        !rill_kv_type_ok(pp.kv_type, hp->head_dim) ||
+        !rill_kv_type_ok((rill_dtype_t)v_type, hp->head_dim)) {
+        RILL_LOGE("session pool: KV cache types K %s, V %s: each must be f32, f16, q8_0 or q4_0 "
+                  "(the block types need head_dim %% 32 == 0; this model's is %d)",
+                  rill_dtype_name(pp.kv_type), rill_dtype_name((rill_dtype_t)v_type), hp->head_dim);
+        return RILL_EINVAL;
+    }
+    if (pp.page_size < 1 || pp.page_size > 4096 || pp.n_cells < 1 || n_ctx < pp.page_size ||
         n_ctx > hp->n_ctx_train || pp.n_cells / pp.page_size >= INT32_MAX - 1) {
         RILL_LOGE("session pool: invalid parameters (cells %lld, page %d, n_ctx %d of %d)",
                   (long long)pp.n_cells, pp.page_size, n_ctx, hp->n_ctx_train);
@@ -89,7 +99,8 @@ rill_err_t rill_session_pool_new(rill_forward_t *fw, const rill_session_pool_par
     if (p->tok != NULL) {
         RILL_TRY(rill_tokenizer_work_new(&p->work));
     }
-    RILL_TRY(rill_kv_cache_new(fw, pp.kv_type, pp.page_size, n_pages + 1, &p->kv));
+    RILL_TRY(rill_kv_cache_new_types(fw, pp.kv_type, (rill_dtype_t)v_type, pp.page_size,
+                                     n_pages + 1, &p->kv));
     p->layout = *rill_kv_cache_layout(p->kv);
     p->page_bytes = rill_kv_page_bytes(&p->layout);
     /* Lowest page index on top, so a fresh pool hands out pages 0, 1, 2, ... */

@@ -128,11 +128,19 @@ typedef struct rill_session rill_session_t;
 
 /* ---- the pool ------------------------------------------------------------------------------ */
 
+/* rill_session_pool_params_t.kv_type_v: V has K's type. */
+#define RILL_SESSION_KV_SAME (-1)
+
 typedef struct rill_session_pool_params {
     int64_t n_cells;      /* KV budget in token cells, rounded up to whole pages (>= 1);
                              default 8192 */
     int32_t page_size;    /* P, positions per page (1..4096); default RILL_KV_PAGE_SIZE (16) */
-    rill_dtype_t kv_type; /* RILL_DTYPE_F16 (default, llama.cpp's) or RILL_DTYPE_F32 */
+    rill_dtype_t kv_type; /* K's cache type, and V's unless kv_type_v says otherwise:
+                             RILL_DTYPE_F16 (default, llama.cpp's), _F32, _Q8_0 or _Q4_0 (the
+                             block types need head_dim % 32 == 0); llama.cpp's --cache-type-k */
+    int32_t kv_type_v;    /* V's cache type (a rill_dtype_t, the same four), or
+                             RILL_SESSION_KV_SAME (default): kv_type; llama.cpp's
+                             --cache-type-v */
     int32_t n_ctx;        /* most positions a session may use; 0 (default): the model's
                              training context. Must not exceed it. */
     const rill_tokenizer_t *tokenizer; /* borrowed (must outlive the pool); optional: needed by
@@ -521,11 +529,11 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
  *   RILL_EFORMAT (not a rill snapshot or log, truncated snapshot or log header, inconsistent
  *   sizes), RILL_ECORRUPT (a checksum mismatch anywhere in the snapshot, or in the log before
  *   its last record; the message gives the byte offset), RILL_EUNSUPPORTED (a format version
- *   this build does not read; written for another model, KV element type or page size),
- *   RILL_ERANGE (the session does not fit p's context), RILL_EFULL (p lacks the pages the
- *   snapshot or the replay needs), RILL_ENOMEM, and the errors of replayed calls.
- * Caller owns *out; destroy with rill_session_destroy(). Blocks (reads, copies, forward passes
- * of the replay). */
+ *   this build does not read; written for another model, KV cache types (the message names
+ *   both pools' K and V types) or page size), RILL_ERANGE (the session does not fit p's
+ *   context), RILL_EFULL (p lacks the pages the snapshot or the replay needs), RILL_ENOMEM, and
+ *   the errors of replayed calls. Caller owns *out; destroy with rill_session_destroy().
+ *   Blocks (reads, copies, forward passes of the replay). */
 rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_path,
                                 const char *log_path, rill_session_fsync_t policy,
                                 rill_session_t **out);

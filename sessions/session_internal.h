@@ -336,8 +336,8 @@ void rill__put_u64(unsigned char *p, uint64_t v);
 uint32_t rill__get_u32(const unsigned char *p);
 uint64_t rill__get_u64(const unsigned char *p);
 
-/* The model fingerprint: architecture and hyper-parameters, the pool's KV element type and page
- * size, and the GGUF file size. RILL__FP_BYTES bytes. */
+/* The model fingerprint: architecture and hyper-parameters, the pool's KV cache types (K, V) and
+ * page size, and the GGUF file size. RILL__FP_BYTES bytes. */
 #define RILL__FP_FIELDS 15
 #define RILL__FP_BYTES  64
 void rill__fingerprint_put(const rill_session_pool_t *p, unsigned char out[RILL__FP_BYTES]);

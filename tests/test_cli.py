@@ -86,12 +86,12 @@ def t_tokenize_matches_llama_cpp():
         assert n >= 40, n
 
 
-def read_ref(model, tsv="logits.tsv"):
+def read_ref(model, tsv="logits.tsv", prefix=""):
     for line in open(os.path.join(REF, tsv)):
         if line.startswith("#"):
             continue
         f = line.rstrip("\n").split("\t")
-        if f[4] == model and f[6] == "all":
+        if f[4] == model and f[6] == "all" and f[0].startswith(prefix):
             raw = open(os.path.join(REF, f[0]), "rb")
             raw.seek(int(f[1]))
             rows, nv = int(f[2]), int(f[3])
@@ -138,6 +138,34 @@ def t_logits_flash_attention():
             ok=(1,)).stderr
     assert "--attn must be exact or flash" in e, e
     assert "--attn" in run("generate", "--help").stdout
+
+
+def t_logits_quantized_cache():
+    # --cache-type-k / --cache-type-v (--kv-type sets both) against llama.cpp with the same cache
+    # types and flash attention (tests/data/ref/kvquant/, tools/ref_kvquant.py; the bounds and
+    # the measured differences are in tests/test_forward.c, tiny_kvquant_matches_llama_cpp)
+    model = "rill-tiny-qwen2-F32.gguf"
+    for k, v, tol in (("q8_0", "q8_0", 3e-3), ("q8_0", "f16", 2.5e-2), ("f16", "q4_0", 3e-3)):
+        tokens, rows, nv, want = read_ref(model, "kvquant/logits.tsv", f"kvquant/{k}-{v}-")
+        with tempfile.TemporaryDirectory() as d:
+            out = os.path.join(d, "l.f32")
+            run("logits", "--model", os.path.join(TINY, model), "--tokens", tokens, "--all",
+                "--cache-type-k", k, "--cache-type-v", v, "--attn", "flash", "--out", out,
+                "--threads", "2")
+            got = struct.unpack(f"<{rows * nv}f", open(out, "rb").read())
+            if k == v:  # --kv-type names both parts
+                run("logits", "--model", os.path.join(TINY, model), "--tokens", tokens, "--all",
+                    "--kv-type", k, "--attn", "flash", "--out", out, "--threads", "2")
+                assert struct.unpack(f"<{rows * nv}f", open(out, "rb").read()) == got
+        scale = max(abs(x) for x in want)
+        err = max(abs(a - b) for a, b in zip(got, want))
+        assert err <= tol * scale, (k, v, err, scale)
+    e = run("logits", "--model", os.path.join(TINY, model), "--tokens", "1", "--cache-type-v",
+            "q5_0", ok=(1,)).stderr
+    assert "--cache-type-v must be f32, f16, q8_0 or q4_0" in e, e
+    for cmd in ("logits", "generate", "session-script", "serve"):
+        h = run(cmd, "--help").stdout
+        assert "--cache-type-k" in h and "--cache-type-v" in h, cmd
 
 
 def t_generate():

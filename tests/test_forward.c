@@ -140,9 +140,9 @@ typedef struct rig {
     rill_page_table_t pt;
 } rig_t;
 
-static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind, int threads,
-                          int32_t max_batch, int32_t n_ctx, rill_attn_t attn,
-                          rill_dtype_t kv_dtype) {
+static void rig_open_types(rig_t *g, const char *model, rill_backend_kind_t kind, int threads,
+                           int32_t max_batch, int32_t n_ctx, rill_attn_t attn, rill_dtype_t k_dtype,
+                           rill_dtype_t v_dtype) {
     memset(g, 0, sizeof *g);
     g->model = test_model_load(model);
     rill_backend_params_t bp = rill_backend_default_params();
@@ -154,12 +154,19 @@ static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind,
     fp.max_batch = max_batch;
     ck_assert_int_eq(rill_forward_new(g->model, g->be, &fp, &g->fw), RILL_OK);
     int32_t n_pages = (n_ctx + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE;
-    ck_assert_int_eq(rill_kv_cache_new(g->fw, kv_dtype, RILL_KV_PAGE_SIZE, n_pages, &g->kv),
-                     RILL_OK);
+    ck_assert_int_eq(
+        rill_kv_cache_new_types(g->fw, k_dtype, v_dtype, RILL_KV_PAGE_SIZE, n_pages, &g->kv),
+        RILL_OK);
     for (int32_t i = 0; i < n_pages; i++) {
         g->pages[i] = n_pages - 1 - i; /* reversed: paging must not depend on page order */
     }
     g->pt = (rill_page_table_t){ g->pages, n_pages };
+}
+
+static void rig_open_attn(rig_t *g, const char *model, rill_backend_kind_t kind, int threads,
+                          int32_t max_batch, int32_t n_ctx, rill_attn_t attn,
+                          rill_dtype_t kv_dtype) {
+    rig_open_types(g, model, kind, threads, max_batch, n_ctx, attn, kv_dtype, kv_dtype);
 }
 
 /* The setting of the main references: exact attention, F32 cache. */
@@ -514,6 +521,96 @@ START_TEST(tiny_flash_matches_llama_cpp_flash) {
 }
 END_TEST
 
+/* ---- quantized caches against llama.cpp's --------------------------------------------------
+ *
+ * tests/data/ref/kvquant/ (tools/ref_kvquant.py): llama.cpp with flash attention on and cache
+ * types (K, V) in {(q8_0, q8_0), (q4_0, q4_0), (q8_0, f16), (f16, q4_0)} on the two tiny F32
+ * models, every position of sequences a and b, with llama.cpp's attention rotation off
+ * (LLAMA_ATTN_ROT_DISABLE: by default it rotates Q, K and V by a Hadamard transform before a
+ * quantized cache, which rill does not do; with it on the two differ by as much as the cache
+ * type itself moves the logits). rill runs the same types with RILL_ATTN_FLASH.
+ * What can be held: both write the same blocks from the same rows (the same quantizers) and read
+ * them alike (K by the same integer dot with q in Q8_0, V decoded exactly), so what is left is
+ * the softmax's rounding (per slot with libm's expf there, per block with ggml's exp here: ~1e-6
+ * of the scale) and, with an F16 V, llama.cpp's f16 accumulation of V (the F16-cache flash test
+ * above); each is amplified when it moves a K or V value across a rounding boundary of its
+ * block (one q8_0 step is amax / 127 of the block, one q4_0 step amax / 8). Measured
+ * 2026-12-03 (printed below; scale = max |logit| 7.5-8.3): no F16 part 2e-6 to 7.3e-3 (q4_0/q4_0
+ * 3e-6 on every row set; the larger figures are q8_0 boundary flips), an F16 V 0.021-0.057;
+ * llama.cpp's own distance from its F16 cache is 0.12-0.30 (q8_0) and 1.2-2.5 (q4_0 anywhere).
+ * Bounds with about 3x room: 3e-3 of the scale without an F16 V, 2.5e-2 with one, and the top-1
+ * equal wherever llama.cpp's margin is clear (2e-2 of the scale). The reference backend gives
+ * the fast backend's bits. */
+
+#define KVQ_TOL       3e-3   /* of the scale: K and V quantized or f32 */
+#define KVQ_TOL_F16_V 2.5e-2 /* of the scale: an F16 V (llama.cpp accumulates it in f16) */
+
+START_TEST(tiny_kvquant_matches_llama_cpp) {
+    int n = 0, n_f16 = 0;
+    ref_t *refs = load_refs_from("kvquant/logits.tsv", &n);
+    ref_t *f16_refs = load_refs_from("flash/logits.tsv", &n_f16);
+    int checked = 0, failures = 0;
+    for (int i = 0; i < n; i++) {
+        ref_t *r = &refs[i];
+        char kname[8] = { 0 }, vname[8] = { 0 };
+        ck_assert_int_eq(sscanf(r->file, "kvquant/%7[^-]-%7[^-]-", kname, vname), 2);
+        rill_dtype_t kv_t[2] = { RILL_DTYPE_F32, RILL_DTYPE_F32 };
+        const char *names[2] = { kname, vname };
+        for (int j = 0; j < 2; j++) {
+            kv_t[j] = strcmp(names[j], "q8_0") == 0   ? RILL_DTYPE_Q8_0
+                      : strcmp(names[j], "q4_0") == 0 ? RILL_DTYPE_Q4_0
+                      : strcmp(names[j], "f16") == 0  ? RILL_DTYPE_F16
+                                                      : RILL_DTYPE_F32;
+        }
+        rig_t g, ref;
+        rig_open_types(&g, r->model, RILL_BACKEND_CPU, 2, 64, 256, RILL_ATTN_FLASH, kv_t[0],
+                       kv_t[1]);
+        rig_open_types(&ref, r->model, RILL_BACKEND_REF, 1, 64, 256, RILL_ATTN_FLASH, kv_t[0],
+                       kv_t[1]);
+        float *got = rig_eval_all(&g, r->tokens, r->n_tokens);
+        float *got_ref = rig_eval_all(&ref, r->tokens, r->n_tokens);
+        float *want = load_floats(r);
+        const ref_t *f = find_main_ref(f16_refs, n_f16, r);
+        ck_assert_ptr_nonnull(f);
+        float *f16_want = load_floats(f);
+        cmp_t c = compare(got, want, r->rows, r->n_vocab);
+        cmp_t cf = compare(want, f16_want, r->rows, r->n_vocab);
+        int clear = 0, clear_same = 0;
+        for (int p = 0; p < r->rows; p++) {
+            const float *w = want + (long)p * r->n_vocab;
+            if (test_margin(w, r->n_vocab) > FLASH_TINY_CLEAR * c.scale) {
+                clear++;
+                clear_same += test_argmax(got + (long)p * r->n_vocab, r->n_vocab) ==
+                              test_argmax(w, r->n_vocab);
+            }
+        }
+        printf("%-26s K %-4s V %-4s %2d tok: rill vs llama.cpp max|d| %.3g (scale %.3g), "
+               "top-1 %d/%d clear; llama.cpp vs its f16 cache %.3g\n",
+               r->model, kname, vname, r->n_tokens, c.max_abs, c.scale, clear_same, clear,
+               cf.max_abs);
+        const double tol = kv_t[1] == RILL_DTYPE_F16 ? KVQ_TOL_F16_V : KVQ_TOL;
+        if (c.max_abs > tol * c.scale || clear_same != clear) {
+            printf("  FAIL: not close enough\n");
+            failures++;
+        }
+        ck_assert_msg(memcmp(got, got_ref, (size_t)r->rows * r->n_vocab * sizeof *got) == 0,
+                      "%s K %s V %s: fast vs ref differ", r->model, kname, vname);
+        free(got);
+        free(got_ref);
+        free(want);
+        free(f16_want);
+        rig_close(&g);
+        rig_close(&ref);
+        checked++;
+    }
+    ck_assert_int_eq(checked, 16); /* 2 models x 2 sequences x 4 type pairs */
+    ck_assert_msg(failures == 0, "%d of %d row sets not close enough (see above)", failures,
+                  checked);
+    free(refs);
+    free(f16_refs);
+}
+END_TEST
+
 START_TEST(default_model_flash_matches_llama_cpp_flash) {
     int n = 0, n_main = 0;
     ref_t *refs = load_refs_from("flash/logits.tsv", &n);
@@ -745,6 +842,50 @@ END_TEST
 
 /* rill_kv_cache_copy_pages copies every layer's page in one call; bad index sets change
  * nothing and say why. */
+/* The cache types each constructor takes, the layout and bytes a quantized cache gets, and the
+ * allocation failures of the typed constructor (each leaves nothing behind). */
+START_TEST(kv_cache_types_are_checked) {
+    rig_t g;
+    rig_open(&g, "rill-tiny-qwen2-F32.gguf", RILL_BACKEND_CPU, 2, 64, 256);
+    rill_kv_cache_t *kv = NULL;
+    ck_assert_int_eq(rill_kv_cache_new(g.fw, RILL_DTYPE_Q8_0, 16, 4, &kv), RILL_EINVAL);
+    ck_assert_ptr_null(kv); /* the untyped constructor keeps to f16 and f32 */
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q4_1, RILL_DTYPE_F16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_F16, RILL_DTYPE_BF16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_int_eq(rill_kv_cache_new_types(NULL, RILL_DTYPE_F16, RILL_DTYPE_F16, 16, 4, &kv),
+                     RILL_EINVAL);
+    ck_assert_ptr_null(kv);
+    ck_assert_int_eq(rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q8_0, RILL_DTYPE_Q4_0, 16, 4, &kv),
+                     RILL_OK);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
+    ck_assert_int_eq(lay->k_dtype, RILL_DTYPE_Q8_0);
+    ck_assert_int_eq(lay->v_dtype, RILL_DTYPE_Q4_0);
+    const rill_hparams_t *hp = rill_model_hparams(g.model);
+    /* a page: P rows of K (34 bytes per 32 values) and of V (18) per KV head */
+    ck_assert_int_eq(rill_kv_page_bytes(lay),
+                     (int64_t)16 * hp->n_head_kv * (34 + 18) * (hp->head_dim / 32));
+    ck_assert_int_eq(rill_kv_cache_bytes(kv), rill_kv_page_bytes(lay) * 4 * hp->n_layer);
+    rill_kv_cache_destroy(&kv);
+    const int64_t live = rill_mem_stats_total().n_live;
+    for (int64_t nth = 1; nth <= 3; nth++) {
+        rill_mem_fail_nth(nth);
+        rill_err_t err =
+            rill_kv_cache_new_types(g.fw, RILL_DTYPE_Q4_0, RILL_DTYPE_Q8_0, 16, 4, &kv);
+        rill_mem_fail_nth(0);
+        if (err == RILL_OK) {
+            rill_kv_cache_destroy(&kv);
+            continue;
+        }
+        ck_assert_int_eq(err, RILL_ENOMEM);
+        ck_assert_ptr_null(kv);
+        ck_assert_int_eq(rill_mem_stats_total().n_live, live);
+    }
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(kv_cache_copy_pages_every_layer) {
     rig_t g;
     rig_open(&g, "rill-tiny-qwen2-Q8_0.gguf", RILL_BACKEND_CPU, 2, 64, 256);
@@ -962,8 +1103,10 @@ int main(void) {
     tcase_add_test(tc, resident_ids_equal_host_argmax);
     tcase_add_test(tc, resident_greedy_equals_host_greedy);
     tcase_add_test(tc, kv_cache_copy_pages_every_layer);
+    tcase_add_test(tc, kv_cache_types_are_checked);
     tcase_add_test(tc, resident_ids_errors);
     tcase_add_test(tc, tiny_flash_matches_llama_cpp_flash);
+    tcase_add_test(tc, tiny_kvquant_matches_llama_cpp);
     if (have_default) {
         tcase_add_test(tc, default_model_logits_match_llama_cpp);
         tcase_add_test(tc, default_model_greedy_matches_llama_cpp);

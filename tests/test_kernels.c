@@ -1185,8 +1185,20 @@ typedef struct kv_truth {
     float *k, *v; /* (NSEQ, MAXSLOTS, Hkv, D), values as stored (rounded for F16) */
 } kv_truth_t;
 
+/* A KV test's cache types packed in one rill_dtype_t field (flash_shape_t.dtype, op_row_t.type):
+ * K's ggml id in the low byte, (V's id XOR K's) above it, so a plain type t means K = V = t. */
+#define KV_PAIR(k, v) ((rill_dtype_t)((unsigned)(k) | (((unsigned)(v) ^ (unsigned)(k)) << 8)))
+
+static rill_dtype_t pair_k(rill_dtype_t t) {
+    return (rill_dtype_t)((unsigned)t & 0xffu);
+}
+
+static rill_dtype_t pair_v(rill_dtype_t t) {
+    return (rill_dtype_t)(((unsigned)t & 0xffu) ^ ((unsigned)t >> 8));
+}
+
 static float pool_round(const rill_kv_layout_t *kv, float x) {
-    return kv->dtype == RILL_DTYPE_F16 ? rill_fp16_to_f32(rill_f32_to_fp16(x)) : x;
+    return kv->k_dtype == RILL_DTYPE_F16 ? rill_fp16_to_f32(rill_f32_to_fp16(x)) : x;
 }
 
 /* Stores random k/v for tokens (seq[i], slot[i]) on backend b and records them in truth. */
@@ -1256,7 +1268,7 @@ static void naive_attention(const rill_kv_layout_t *kv, const kv_truth_t *tr, in
  * tokens of all three (out of order) that stores its own k/v and attends. */
 static void attention_case(rill_dtype_t dtype, int32_t P, int32_t D, int32_t hist_a,
                            int32_t n_head) {
-    const rill_kv_layout_t kv = { dtype, P, 2, D, 40 }; /* G = n_head / 2 */
+    const rill_kv_layout_t kv = { dtype, dtype, P, 2, D, 40 }; /* G = n_head / 2 */
     const int hd = kv.n_kv_heads * D;
     /* page tables: deliberately not the identity, not sorted, disjoint */
     int32_t pages_a[24], pages_b[2] = { 37, 26 }, pages_c[1] = { 39 };
@@ -1375,7 +1387,7 @@ END_TEST
 static void attention_run_case(rill_dtype_t dtype, int32_t hist, int32_t n_tok) {
     enum { H = 6, HKV = 2, D = 64, P = 16 };
     const int32_t n_all = hist + n_tok, n_pages = (n_all + P - 1) / P;
-    const rill_kv_layout_t kv = { dtype, P, HKV, D, n_pages };
+    const rill_kv_layout_t kv = { dtype, dtype, P, HKV, D, n_pages };
     int32_t *pages = xmalloc((size_t)n_pages * 4);
     for (int32_t i = 0; i < n_pages; i++) {
         pages[i] = n_pages - 1 - i; /* reversed: not the identity */
@@ -1554,7 +1566,9 @@ static void flash_problem_init(flash_problem_t *pr, const flash_shape_t *sh) {
         total_pages += need[s];
     }
     total_pages += 3; /* pages no sequence uses */
-    pr->kv = (rill_kv_layout_t){ sh->dtype, sh->P, sh->hkv, sh->D, total_pages };
+    pr->kv = (rill_kv_layout_t){ pair_k(sh->dtype), pair_v(sh->dtype), sh->P, sh->hkv, sh->D,
+                                 total_pages };
+    const bool plain = rill__kv_plain(&pr->kv);
     int32_t *perm = xmalloc((size_t)total_pages * 4);
     for (int32_t i = 0; i < total_pages; i++) {
         perm[i] = i;
@@ -1583,6 +1597,15 @@ static void flash_problem_init(flash_problem_t *pr, const flash_shape_t *sh) {
                     float *dst = (kv01 ? pr->v[s] : pr->k[s]) + ((size_t)j * sh->hkv + h) * sh->D;
                     uint8_t *at = rill__kv_ptr(&pr->kv, pr->image, pr->pages[s][j / sh->P], h,
                                                j % sh->P, kv01);
+                    if (!plain) { /* a row of the part's type; truth: what it decodes to */
+                        const rill_dtype_t t = kv01 ? pr->kv.v_dtype : pr->kv.k_dtype;
+                        for (int32_t d = 0; d < sh->D; d++) {
+                            dst[d] = rnd() * (kv01 ? 1.0f : sh->kscale);
+                        }
+                        ck_assert_int_eq(rill_quantize_row(t, dst, at, sh->D), RILL_OK);
+                        ck_assert_int_eq(rill_dequantize_row(t, at, dst, sh->D), RILL_OK);
+                        continue;
+                    }
                     for (int32_t d = 0; d < sh->D; d++) {
                         const float x = pool_round(&pr->kv, rnd() * (kv01 ? 1.0f : sh->kscale));
                         dst[d] = x;
@@ -1728,6 +1751,165 @@ static void flash_case(const flash_shape_t *sh) {
     flash_problem_free(&pr);
 }
 
+/* Quantized and mixed caches on the reference and every CPU backend, both kernels: what
+ * kv_store writes is rill_quantize_row's bytes of the input rows (the quantizers llama.cpp's
+ * CPU backend writes its cache with), and attention is the softmax of the decoded rows: scores
+ * q'.K_j with K_j decoded and q' = q as K's dot reads it (decoded Q8_0 of q for a block K, f16
+ * of q for F16 K), in double. Bound: 2e-5 of max |out| (f32 sums; a quantized dot's f32 block
+ * sums add ~1e-7 relative each); with an F16 V in the exact kernel the weights are rounded to
+ * f16 first (as for an F16 pool, 5e-4 absolute, V in [-1, 1]). */
+static void quant_attention_case(rill_dtype_t kt, rill_dtype_t vt, rill_attn_t attn) {
+    enum { D = 64, HKV = 2, NH = 6, P = 16, HIST = 100, NB = 3, N = HIST + NB };
+    const rill_kv_layout_t kv = { kt, vt, P, HKV, D, 9 };
+    const int hd = HKV * D;
+    int32_t pages[7] = { 4, 0, 8, 2, 6, 1, 3 }; /* scattered: 7 pages hold 112 slots */
+    const rill_page_table_t pt = { pages, 7 };
+    float *k = xmalloc((size_t)N * hd * 4), *v = xmalloc((size_t)N * hd * 4);
+    float *kd = xmalloc((size_t)N * hd * 4), *vd = xmalloc((size_t)N * hd * 4);
+    float *q = xmalloc((size_t)NB * NH * D * 4), *e = xmalloc((size_t)NB * NH * D * 4);
+    float *o = xmalloc((size_t)NB * NH * D * 4);
+    fill(k, (int64_t)N * hd, 2.0f);
+    fill(v, (int64_t)N * hd, 1.0f);
+    fill(q, (int64_t)NB * NH * D, 2.0f);
+    const size_t krb = (size_t)rill_dtype_row_bytes(kt, D),
+                 vrb = (size_t)rill_dtype_row_bytes(vt, D);
+    uint8_t want_k[34 * 8], want_v[34 * 8];
+    for (int i = 0; i < N * HKV; i++) { /* the decoded rows: the truth the kernels read */
+        ck_assert_int_eq(rill_quantize_row(kt, k + (size_t)i * D, want_k, D), RILL_OK);
+        ck_assert_int_eq(rill_dequantize_row(kt, want_k, kd + (size_t)i * D, D), RILL_OK);
+        ck_assert_int_eq(rill_quantize_row(vt, v + (size_t)i * D, want_v, D), RILL_OK);
+        ck_assert_int_eq(rill_dequantize_row(vt, want_v, vd + (size_t)i * D, D), RILL_OK);
+    }
+    rill_batch_token_t tok[64];
+    for (int t = 0; t < NB; t++) {
+        tok[t] = (rill_batch_token_t){ 0, HIST + t, HIST + t, HIST + t + 1 };
+    }
+    /* the naive result */
+    for (int t = 0; t < NB; t++) {
+        for (int h = 0; h < NH; h++) {
+            float qq[D];
+            const float *qh = q + ((size_t)t * NH + h) * D;
+            uint8_t qa[34 * 8];
+            if (kt == RILL_DTYPE_Q8_0 || kt == RILL_DTYPE_Q4_0) {
+                ck_assert_int_eq(rill_quantize_row(RILL_DTYPE_Q8_0, qh, qa, D), RILL_OK);
+                ck_assert_int_eq(rill_dequantize_row(RILL_DTYPE_Q8_0, qa, qq, D), RILL_OK);
+            } else {
+                for (int d = 0; d < D; d++) {
+                    qq[d] =
+                        kt == RILL_DTYPE_F16 ? rill_fp16_to_f32(rill_f32_to_fp16(qh[d])) : qh[d];
+                }
+            }
+            double sc[N], mx = -INFINITY, sum = 0.0;
+            const int n_kv = tok[t].n_kv, g = h / (NH / HKV);
+            for (int j = 0; j < n_kv; j++) {
+                double d0 = 0.0;
+                for (int d = 0; d < D; d++) {
+                    d0 += (double)qq[d] * kd[((size_t)j * HKV + g) * D + d];
+                }
+                sc[j] = d0 / sqrt((double)D);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int j = 0; j < n_kv; j++) {
+                sc[j] = exp(sc[j] - mx);
+                sum += sc[j];
+            }
+            for (int d = 0; d < D; d++) {
+                double acc = 0.0;
+                for (int j = 0; j < n_kv; j++) {
+                    acc += sc[j] * vd[((size_t)j * HKV + g) * D + d];
+                }
+                e[((size_t)t * NH + h) * D + d] = (float)(acc / sum);
+            }
+        }
+    }
+    const float mag = max_abs(e, (int64_t)NB * NH * D);
+    const float tol = attn == RILL_ATTN_EXACT && vt == RILL_DTYPE_F16 ? 5e-4f : 2e-5f * mag;
+    const rill_backend_kind_t kinds[4] = { RILL_BACKEND_REF, RILL_BACKEND_CPU, RILL_BACKEND_CPU,
+                                           RILL_BACKEND_CPU };
+    const rill_simd_t simds[4] = { RILL_SIMD_AUTO, RILL_SIMD_SCALAR, RILL_SIMD_AVX2,
+                                   RILL_SIMD_AVX512 };
+    for (int bi = 0; bi < 4; bi++) {
+        if ((bi == 2 && !rill__cpu_has_avx2()) || (bi == 3 && !rill__cpu_has_avx512())) {
+            continue;
+        }
+        rill_backend_t *b = make_backend_attn(kinds[bi], simds[bi], bi == 0 ? 1 : 2, attn);
+        const size_t pb = (size_t)rill_kv_pool_bytes(&kv);
+        void *pool = NULL;
+        float *dk = NULL, *dv = NULL, *dq = NULL, *dout = NULL;
+        ck_assert_int_eq(rill_backend_alloc(b, pb, &pool), RILL_OK);
+        ck_assert_int_eq(rill_backend_zero(b, pool, pb), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)N * hd * 4, (void **)&dk), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)N * hd * 4, (void **)&dv), RILL_OK);
+        for (int t0 = 0; t0 < N; t0 += 50) { /* history in batches, then the NB tokens */
+            const int n = t0 + 50 <= HIST ? 50 : (t0 < HIST ? HIST - t0 : NB);
+            rill_batch_token_t st[64];
+            for (int i = 0; i < n; i++) {
+                st[i] = (rill_batch_token_t){ 0, t0 + i, t0 + i, t0 + i + 1 };
+            }
+            const rill_batch_t sb = { n, st, 1, &pt };
+            ck_assert_int_eq(rill_backend_set_batch(b, &sb), RILL_OK);
+            ck_assert_int_eq(rill_backend_copy_in(b, dk, k + (size_t)t0 * hd, (size_t)n * hd * 4),
+                             RILL_OK);
+            ck_assert_int_eq(rill_backend_copy_in(b, dv, v + (size_t)t0 * hd, (size_t)n * hd * 4),
+                             RILL_OK);
+            ck_assert_int_eq(rill_backend_kv_store(b, &kv, pool, dk, dv), RILL_OK);
+            if (t0 + n == HIST) {
+                t0 = HIST - 50; /* next: the batch under test */
+            }
+        }
+        uint8_t *img = xmalloc(pb);
+        ck_assert_int_eq(rill_backend_copy_out(b, img, pool, pb), RILL_OK);
+        for (int j = 0; j < N; j++) { /* the stored bytes are the quantizer's */
+            for (int h = 0; h < HKV; h++) {
+                ck_assert_int_eq(rill_quantize_row(kt, k + ((size_t)j * HKV + h) * D, want_k, D),
+                                 RILL_OK);
+                ck_assert_int_eq(rill_quantize_row(vt, v + ((size_t)j * HKV + h) * D, want_v, D),
+                                 RILL_OK);
+                ck_assert_mem_eq(rill__kv_ptr(&kv, img, pages[j / P], h, j % P, 0), want_k, krb);
+                ck_assert_mem_eq(rill__kv_ptr(&kv, img, pages[j / P], h, j % P, 1), want_v, vrb);
+            }
+        }
+        free(img);
+        const rill_batch_t batch = { NB, tok, 1, &pt };
+        ck_assert_int_eq(rill_backend_set_batch(b, &batch), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)NB * NH * D * 4, (void **)&dq), RILL_OK);
+        ck_assert_int_eq(rill_backend_alloc(b, (size_t)NB * NH * D * 4, (void **)&dout), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_in(b, dq, q, (size_t)NB * NH * D * 4), RILL_OK);
+        ck_assert_int_eq(rill_backend_attention(b, &kv, pool, dout, dq, NH), RILL_OK);
+        ck_assert_int_eq(rill_backend_copy_out(b, o, dout, (size_t)NB * NH * D * 4), RILL_OK);
+        const float diff = max_diff(o, e, (int64_t)NB * NH * D);
+        ck_assert_msg(diff <= tol, "K %s V %s attn %d on %s: %g (mag %g, bound %g)",
+                      rill_dtype_name(kt), rill_dtype_name(vt), (int)attn, rill_backend_name(b),
+                      (double)diff, (double)mag, (double)tol);
+        rill_backend_free(b, dk);
+        rill_backend_free(b, dv);
+        rill_backend_free(b, dq);
+        rill_backend_free(b, dout);
+        rill_backend_free(b, pool);
+        rill_backend_destroy(&b);
+    }
+    free(k);
+    free(v);
+    free(kd);
+    free(vd);
+    free(q);
+    free(e);
+    free(o);
+}
+
+START_TEST(test_attention_quantized_cache) {
+    const rill_dtype_t pairs[][2] = {
+        { RILL_DTYPE_Q8_0, RILL_DTYPE_Q8_0 }, { RILL_DTYPE_Q4_0, RILL_DTYPE_Q4_0 },
+        { RILL_DTYPE_Q8_0, RILL_DTYPE_F16 },  { RILL_DTYPE_F16, RILL_DTYPE_Q4_0 },
+        { RILL_DTYPE_F32, RILL_DTYPE_Q8_0 },  { RILL_DTYPE_Q4_0, RILL_DTYPE_F32 },
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        quant_attention_case(pairs[i][0], pairs[i][1], RILL_ATTN_EXACT);
+        quant_attention_case(pairs[i][0], pairs[i][1], RILL_ATTN_FLASH);
+    }
+}
+END_TEST
+
 START_TEST(test_attention_flash_bits) {
     static const flash_shape_t shapes[] = {
         /* decode: one token, n_kv 1 (one slot), 2, 31/32/33 (block edges), long */
@@ -1806,11 +1988,15 @@ static void flash_problem_steer(flash_problem_t *pr, int mode) {
             const float x = pool_round(
                 &pr->kv, (d % 2 ? 1.0f : -1.0f) * f * (2.0f / sqrtf((float)D)) + 0.01f * rnd());
             kr[d] = x;
-            if (pr->kv.dtype == RILL_DTYPE_F16) {
+            if (pr->kv.k_dtype == RILL_DTYPE_F16) {
                 ((uint16_t *)at)[d] = rill_f32_to_fp16(x);
-            } else {
+            } else if (pr->kv.k_dtype == RILL_DTYPE_F32) {
                 ((float *)at)[d] = x;
             }
+        }
+        if (pr->kv.k_dtype != RILL_DTYPE_F16 && pr->kv.k_dtype != RILL_DTYPE_F32) {
+            ck_assert_int_eq(rill_quantize_row(pr->kv.k_dtype, kr, at, D), RILL_OK);
+            ck_assert_int_eq(rill_dequantize_row(pr->kv.k_dtype, at, kr, D), RILL_OK);
         }
     }
 }
@@ -1878,7 +2064,8 @@ START_TEST(test_kv_store_placement) {
     rill_backend_t *bs[B_COUNT];
     make_all(bs);
     for (int dt = 0; dt < 2; dt++) {
-        const rill_kv_layout_t kv = { dt ? RILL_DTYPE_F32 : RILL_DTYPE_F16, 4, 2, 8, 6 };
+        const rill_dtype_t kt = dt ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
+        const rill_kv_layout_t kv = { kt, kt, 4, 2, 8, 6 };
         const int32_t pa[2] = { 5, 1 }, pb[1] = { 3 };
         const rill_page_table_t pts[NSEQ] = { { pa, 2 }, { pb, 1 }, { pb, 1 } };
         const int32_t seq[3] = { 0, 1, 0 }, slot[3] = { 6, 2, 1 };
@@ -1919,7 +2106,7 @@ START_TEST(test_kv_store_placement) {
             store_tokens(bs[bi], &kv, pool, pts, seq, slot, 3, NULL, k, v);
             ck_assert_int_eq(rill_backend_copy_out(bs[bi], host, pool, pool_bytes), RILL_OK);
             ck_assert_msg(memcmp(host, expect, pool_bytes) == 0, "%s on %s",
-                          rill_dtype_name(kv.dtype), rill_backend_name(bs[bi]));
+                          rill_dtype_name(kv.k_dtype), rill_backend_name(bs[bi]));
             rill_backend_free(bs[bi], pool);
         }
         free(host);
@@ -1934,7 +2121,8 @@ START_TEST(test_kv_rope_shift) {
     rill_backend_t *bs[B_COUNT];
     make_all(bs);
     for (int dt = 0; dt < 2; dt++) {
-        const rill_kv_layout_t kv = { dt ? RILL_DTYPE_F32 : RILL_DTYPE_F16, 4, 2, 32, 3 };
+        const rill_dtype_t kt = dt ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
+        const rill_kv_layout_t kv = { kt, kt, 4, 2, 32, 3 };
         const rill_rope_t rope = { dt ? RILL_ROPE_NEOX : RILL_ROPE_NORM, 32, 10000.0f, 1.0f };
         const int32_t pages[1] = { 2 }, delta = -3;
         enum { HD = 2 * 32 };
@@ -1975,7 +2163,7 @@ START_TEST(test_kv_rope_shift) {
                 for (int h = 0; h < 2; h++) {
                     float got[32];
                     const uint8_t *p = host + page0 + ((size_t)(h * 4 + s) * 32) * elt;
-                    (void)rill_dequantize_row(kv.dtype, p, got, 32);
+                    (void)rill_dequantize_row(kv.k_dtype, p, got, 32);
                     /* 1e-4 absolute (F32) / 3e-3 (F16: two roundings of the stored key) */
                     ck_assert_float_le(max_diff(got, e + s * HD + h * 32, 32), dt ? 1e-4f : 3e-3f);
                 }
@@ -2202,8 +2390,23 @@ _Static_assert(sizeof attn_shapes / sizeof attn_shapes[0] == N_ATTN, "attention 
     SHAPES_ROW("attention", OP_ATTENTION, t, attn, tol, 0, 1, 2, 3, 4, 5, 6, 7),           \
         SHAPES_ROW("attention", OP_ATTENTION, t, attn, tol, 8, 9, 10, 11, 12, 13, 14, 15), \
         SHAPES_ROW("attention", OP_ATTENTION, t, attn, tol_c, 16, 17, 18, 19, 20)
+/* quantized and mixed caches: every shape whose head_dim is whole Q8_0 / Q4_0 blocks, both
+ * kernels (what a tolerance-class backend would be held to: the flash rows' bounds) */
+#define QATTN_ROWS(t)                                                                              \
+    SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_EXACT, 2e-6f, 0, 1, 2, 3, 4, 5, 6, 7),      \
+        SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_EXACT, 1e-5f, 8, 9, 14, 15, 16, 17, 18, \
+                   19),                                                                            \
+        SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_FLASH, 2e-6f, 0, 1, 2, 3, 4, 5, 6, 7),  \
+        SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_FLASH, 1e-5f, 8, 9, 14, 15, 16, 17, 18, \
+                   19)
+/* K and V of different types: fewer shapes (decode, a mixed batch, G = 1, a steered one) */
+#define MIXED_ATTN_ROWS(t)                                                                \
+    SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_EXACT, 1e-5f, 0, 2, 4, 9, 15, 16), \
+        SHAPES_ROW("attention", OP_ATTENTION, t, RILL_ATTN_FLASH, 1e-5f, 0, 2, 4, 9, 15, 16)
 #define F16 RILL_DTYPE_F16
 #define F32 RILL_DTYPE_F32
+#define Q8  RILL_DTYPE_Q8_0
+#define Q4  RILL_DTYPE_Q4_0
 
 /* clang-format off */
 static const op_row_t op_rows[] = {
@@ -2243,6 +2446,15 @@ static const op_row_t op_rows[] = {
     ATTN_ROWS(F32, RILL_ATTN_EXACT, 2e-6f, 1e-5f),
     ATTN_ROWS(F16, RILL_ATTN_FLASH, 2e-6f, 1e-5f),
     ATTN_ROWS(F32, RILL_ATTN_FLASH, 2e-6f, 1e-5f),
+    QATTN_ROWS(KV_PAIR(Q8, Q8)), QATTN_ROWS(KV_PAIR(Q4, Q4)),
+    MIXED_ATTN_ROWS(KV_PAIR(F16, Q8)), MIXED_ATTN_ROWS(KV_PAIR(Q8, F16)),
+    MIXED_ATTN_ROWS(KV_PAIR(Q4, F32)), MIXED_ATTN_ROWS(KV_PAIR(F32, F16)),
+    SHAPES_ROW("kv_store", OP_KV_STORE, KV_PAIR(Q8, Q8), 0, 0, 1, 3),
+    SHAPES_ROW("kv_store", OP_KV_STORE, KV_PAIR(Q4, Q4), 0, 0, 1, 3),
+    SHAPES_ROW("kv_store", OP_KV_STORE, KV_PAIR(F16, Q4), 0, 0, 1, 3),
+    SHAPES_ROW("kv_rope_shift", OP_KV_ROPE_SHIFT, KV_PAIR(Q8, Q8), RILL_ROPE_NORM, 1e-2f, 0, 1),
+    SHAPES_ROW("kv_rope_shift", OP_KV_ROPE_SHIFT, KV_PAIR(Q4, F16), RILL_ROPE_NEOX, 1e-1f, 0, 1),
+    ROW("kv_copy_pages", OP_KV_COPY_PAGES, KV_PAIR(Q8, Q4), 0, 0, AX(1, 3), AX(5), AX(0, 1), NO_AX),
     SHAPES_ROW("kv_rope_shift", OP_KV_ROPE_SHIFT, F16, RILL_ROPE_NORM, 2e-3f, 0, 1, 2),
     SHAPES_ROW("kv_rope_shift", OP_KV_ROPE_SHIFT, F16, RILL_ROPE_NEOX, 2e-3f, 0, 1, 2),
     SHAPES_ROW("kv_rope_shift", OP_KV_ROPE_SHIFT, F32, RILL_ROPE_NORM, 2e-6f, 0, 1, 2),
@@ -2261,9 +2473,11 @@ static const op_row_t op_rows[] = {
 /* clang-format on */
 #undef F16
 #undef F32
+#undef Q8
+#undef Q4
 
 /* What one run of an op leaves to compare. */
-typedef enum out_kind { OUT_F32, OUT_F16, OUT_I32 } out_kind_t;
+typedef enum out_kind { OUT_F32, OUT_F16, OUT_I32, OUT_U8 } out_kind_t;
 
 typedef struct op_out {
     out_kind_t kind;
@@ -2342,9 +2556,28 @@ static void make_weight_rows(op_input_t *in, rill_dtype_t t, int64_t e, int64_t 
 static uint8_t *random_pool(const rill_kv_layout_t *kv, size_t *bytes) {
     *bytes = (size_t)rill_kv_pool_bytes(kv);
     uint8_t *img = xmalloc(*bytes);
+    if (!rill__kv_plain(kv)) { /* every row a valid row of its part's type */
+        float row[RILL_KV_MAX_HEAD_DIM];
+        for (int32_t pg = 0; pg < kv->n_pages; pg++) {
+            for (int v = 0; v < 2; v++) {
+                for (int32_t h = 0; h < kv->n_kv_heads; h++) {
+                    for (int32_t r = 0; r < kv->page_size; r++) {
+                        for (int32_t d = 0; d < kv->head_dim; d++) {
+                            row[d] = rnd();
+                        }
+                        ck_assert_int_eq(rill_quantize_row(v ? kv->v_dtype : kv->k_dtype, row,
+                                                           rill__kv_ptr(kv, img, pg, h, r, v),
+                                                           kv->head_dim),
+                                         RILL_OK);
+                    }
+                }
+            }
+        }
+        return img;
+    }
     const size_t n = *bytes / rill__kv_elt(kv);
     for (size_t i = 0; i < n; i++) {
-        if (kv->dtype == RILL_DTYPE_F16) {
+        if (kv->k_dtype == RILL_DTYPE_F16) {
             ((uint16_t *)img)[i] = rill_f32_to_fp16(rnd());
         } else {
             ((float *)img)[i] = rnd();
@@ -2471,8 +2704,12 @@ static void op_prepare(op_input_t *in, const op_row_t *row, const int64_t *a, in
         for (int q = 0; q < 3; q++) {
             need[q] = (s->n_tok + s->P - 1) / s->P + 1;
         }
-        in->kv =
-            (rill_kv_layout_t){ row->type, s->P, s->hkv, s->D, need[0] + need[1] + need[2] + 2 };
+        in->kv = (rill_kv_layout_t){ pair_k(row->type),
+                                     pair_v(row->type),
+                                     s->P,
+                                     s->hkv,
+                                     s->D,
+                                     need[0] + need[1] + need[2] + 2 };
         scatter_pages(in, 3, need);
         in->image = random_pool(&in->kv, &in->pool_bytes);
         in->t = s->n_tok;
@@ -2508,13 +2745,13 @@ static void op_prepare(op_input_t *in, const op_row_t *row, const int64_t *a, in
     }
     case OP_KV_ROPE_SHIFT: {
         const shift_shape_t *s = &shift_shapes[a[0]];
-        in->kv = (rill_kv_layout_t){ row->type, s->P, s->hkv, s->D, 8 };
+        in->kv = (rill_kv_layout_t){ pair_k(row->type), pair_v(row->type), s->P, s->hkv, s->D, 8 };
         in->image = random_pool(&in->kv, &in->pool_bytes);
         in->rope = (rill_rope_t){ (rill_rope_mode_t)row->mode, s->n_rot, 10000.0f, 1.0f };
         break;
     }
     case OP_KV_COPY_PAGES: {
-        in->kv = (rill_kv_layout_t){ row->type, 16, 3, 64, 12 };
+        in->kv = (rill_kv_layout_t){ pair_k(row->type), pair_v(row->type), 16, 3, 64, 12 };
         in->n_pools = (int32_t)a[0];
         in->n_copies = (int32_t)a[1];
         size_t one = 0;
@@ -2607,17 +2844,29 @@ static void *upload(rill_backend_t *b, const void *host, size_t bytes) {
     return d;
 }
 
+static size_t out_elt(out_kind_t kind) {
+    return kind == OUT_U8 ? 1 : kind == OUT_F16 ? 2 : 4;
+}
+
 /* Copies a backend allocation out into a new op_out_t and frees it. */
 static op_out_t download(rill_backend_t *b, void *d, out_kind_t kind, size_t n) {
-    const size_t elt = kind == OUT_F16 ? 2 : 4;
+    const size_t elt = out_elt(kind);
     op_out_t o = { kind, n, xmalloc(n * elt) };
     ck_assert_int_eq(rill_backend_copy_out(b, o.data, d, n * elt), RILL_OK);
     rill_backend_free(b, d);
     return o;
 }
 
+/* A pool image compares as its elements (plain pools) or as bytes (quantized or mixed ones). */
 static out_kind_t pool_kind(const rill_kv_layout_t *kv) {
-    return kv->dtype == RILL_DTYPE_F16 ? OUT_F16 : OUT_F32;
+    if (!rill__kv_plain(kv)) {
+        return OUT_U8;
+    }
+    return kv->k_dtype == RILL_DTYPE_F16 ? OUT_F16 : OUT_F32;
+}
+
+static size_t pool_elt(const rill_kv_layout_t *kv) {
+    return out_elt(pool_kind(kv));
 }
 
 static op_out_t op_run(const op_input_t *in, rill_backend_t *b) {
@@ -2716,7 +2965,7 @@ static op_out_t op_run(const op_input_t *in, rill_backend_t *b) {
         ck_assert_int_eq(rill_backend_kv_store(b, &in->kv, pool, dk, dv), RILL_OK);
         rill_backend_free(b, dk);
         rill_backend_free(b, dv);
-        return download(b, pool, pool_kind(&in->kv), in->pool_bytes / rill__kv_elt(&in->kv));
+        return download(b, pool, pool_kind(&in->kv), in->pool_bytes / pool_elt(&in->kv));
     }
     case OP_ATTENTION: {
         const op_out_t o = { OUT_F32, in->fp.out_floats, xmalloc(in->fp.out_floats * 4) };
@@ -2729,7 +2978,7 @@ static op_out_t op_run(const op_input_t *in, rill_backend_t *b) {
         ck_assert_int_eq(
             rill_backend_kv_rope_shift(b, &in->kv, pool, s->pages, s->n_pages, s->delta, &in->rope),
             RILL_OK);
-        return download(b, pool, pool_kind(&in->kv), in->pool_bytes / rill__kv_elt(&in->kv));
+        return download(b, pool, pool_kind(&in->kv), in->pool_bytes / pool_elt(&in->kv));
     }
     case OP_KV_COPY_PAGES: {
         void *pools[3];
@@ -2739,7 +2988,7 @@ static op_out_t op_run(const op_input_t *in, rill_backend_t *b) {
         ck_assert_int_eq(rill_backend_kv_copy_pages(b, &in->kv, pools, in->n_pools, in->src,
                                                     in->dst, in->n_copies),
                          RILL_OK);
-        const size_t per = in->pool_bytes / rill__kv_elt(&in->kv), elt = rill__kv_elt(&in->kv);
+        const size_t per = in->pool_bytes / pool_elt(&in->kv), elt = pool_elt(&in->kv);
         op_out_t o = { pool_kind(&in->kv), per * (size_t)in->n_pools,
                        xmalloc(in->pool_bytes * (size_t)in->n_pools) };
         for (int32_t p = 0; p < in->n_pools; p++) {
@@ -2833,6 +3082,8 @@ static float out_value(const op_out_t *o, size_t i) {
         return rill_fp16_to_f32(((const uint16_t *)o->data)[i]);
     case OUT_I32:
         return (float)((const int32_t *)o->data)[i];
+    case OUT_U8:
+        return (float)((const uint8_t *)o->data)[i];
     case OUT_F32:
         break;
     }
@@ -2853,7 +3104,7 @@ static int64_t out_mismatches(const op_out_t *want, const op_out_t *got, float t
         if (isnan(x) || isnan(y)) {
             ok = isnan(x) && isnan(y);
         } else if (tol == 0.0f) {
-            const size_t elt = want->kind == OUT_F16 ? 2 : 4;
+            const size_t elt = out_elt(want->kind);
             ok = memcmp((const uint8_t *)want->data + i * elt, (const uint8_t *)got->data + i * elt,
                         elt) == 0;
         } else {
@@ -2864,6 +3115,16 @@ static int64_t out_mismatches(const op_out_t *want, const op_out_t *got, float t
         }
     }
     return bad;
+}
+
+/* The row's type as the failure message names it: "q8_0/f16" for a KV pair of two types. */
+static const char *row_type_name(const op_row_t *row, char buf[32]) {
+    if (pair_k(row->type) == row->type) {
+        return rill_dtype_name(row->type);
+    }
+    snprintf(buf, 32, "%s/%s", rill_dtype_name(pair_k(row->type)),
+             rill_dtype_name(pair_v(row->type)));
+    return buf;
 }
 
 static float out_max_abs(const op_out_t *o) {
@@ -2998,6 +3259,7 @@ START_TEST(test_backend_ops) {
     }
 
     fleet_t f;
+    char tname[32];
     fleet_open(&f);
     ck_assert_int_ge(f.n, 2); /* cpu-scalar on 1 and 2 threads at least */
     int64_t cases = 0, runs = 0;
@@ -3023,7 +3285,7 @@ START_TEST(test_backend_ops) {
                 ck_assert_msg(bad == 0,
                               "%s %s (mode %d) case %lld [%lld %lld %lld %lld] on %s, class %s: "
                               "%lld of %zu elements off; first at %zu: %a vs reference %a",
-                              row->name, rill_dtype_name(row->type), row->mode, (long long)index,
+                              row->name, row_type_name(row, tname), row->mode, (long long)index,
                               (long long)a[0], (long long)a[1], (long long)a[2], (long long)a[3],
                               m->label, rill_numerics_name(m->numerics), (long long)bad, want.n,
                               first, (double)out_value(&got, first),
@@ -3214,7 +3476,7 @@ END_TEST
 START_TEST(test_kv_copy_pages) {
     rill_backend_t *bs[B_COUNT];
     make_all(bs);
-    const rill_kv_layout_t kv = { RILL_DTYPE_F16, 4, 2, 8, 6 };
+    const rill_kv_layout_t kv = { RILL_DTYPE_F16, RILL_DTYPE_F16, 4, 2, 8, 6 };
     const size_t pool_bytes = (size_t)rill_kv_pool_bytes(&kv);
     const size_t page = (size_t)rill_kv_page_bytes(&kv);
     ck_assert_uint_eq(page, 2 * 2 * 4 * 8 * 2); /* K and V: Hkv x P x D halves each */
@@ -3281,7 +3543,11 @@ START_TEST(test_kv_copy_pages) {
         ck_assert_int_eq(rill_backend_kv_copy_pages(b, &kv, pools, -1, src, dst, 1), RILL_EINVAL);
         ck_assert_int_eq(rill_backend_kv_copy_pages(b, &kv, pools, 3, src, dst, -1), RILL_EINVAL);
         rill_kv_layout_t bad_kv = kv;
-        bad_kv.dtype = RILL_DTYPE_Q8_0;
+        bad_kv.k_dtype = RILL_DTYPE_Q8_0; /* a block type needs head_dim % 32 == 0 (D = 8) */
+        ck_assert_int_eq(rill_backend_kv_copy_pages(b, &bad_kv, pools, 3, src, dst, 1),
+                         RILL_EINVAL);
+        bad_kv = kv;
+        bad_kv.v_dtype = RILL_DTYPE_Q4_1; /* not a cache type */
         ck_assert_int_eq(rill_backend_kv_copy_pages(b, &bad_kv, pools, 3, src, dst, 1),
                          RILL_EINVAL);
         ck_assert_int_eq(rill_backend_kv_copy_pages(b, &kv, pools, 3, src, dst, 0), RILL_OK);
@@ -3490,7 +3756,7 @@ START_TEST(test_bad_arguments) {
     ck_assert_int_eq(rill_backend_argmax(b, x, 1, 0, NULL), RILL_EINVAL);
 
     /* batch validation; a rejected batch leaves the previous one installed */
-    const rill_kv_layout_t kv = { RILL_DTYPE_F16, 4, 1, 8, 2 };
+    const rill_kv_layout_t kv = { RILL_DTYPE_F16, RILL_DTYPE_F16, 4, 1, 8, 2 };
     void *pool = NULL;
     ck_assert_int_eq(rill_backend_alloc(b, (size_t)rill_kv_pool_bytes(&kv), &pool), RILL_OK);
     ck_assert_int_eq(rill_backend_zero(b, pool, (size_t)rill_kv_pool_bytes(&kv)), RILL_OK);
@@ -3516,9 +3782,16 @@ START_TEST(test_bad_arguments) {
     bad.head_dim = 300;
     ck_assert_int_eq(rill_backend_attention(b, &bad, pool, y, x, 1), RILL_EINVAL);
     bad = kv;
-    bad.dtype = RILL_DTYPE_Q8_0;
+    bad.k_dtype = RILL_DTYPE_Q8_0; /* D = 8: not whole Q8_0 blocks */
     ck_assert_int_eq(rill_kv_page_bytes(&bad), -1);
     ck_assert_int_eq(rill_backend_kv_store(b, &bad, pool, x, x), RILL_EINVAL);
+    bad = kv;
+    bad.v_dtype = RILL_DTYPE_Q4_0;
+    ck_assert_int_eq(rill_kv_page_bytes(&bad), -1);
+    ck_assert_int_eq(rill_backend_attention(b, &bad, pool, y, x, 1), RILL_EINVAL);
+    bad = kv;
+    bad.v_dtype = RILL_DTYPE_BF16; /* not a cache type */
+    ck_assert_int_eq(rill_kv_page_bytes(&bad), -1);
     bad = kv;
     bad.n_kv_heads = 2;
     ck_assert_int_eq(rill_backend_attention(b, &bad, pool, y, x, 3), RILL_EINVAL); /* 3 % 2 */
@@ -3764,6 +4037,7 @@ static Suite *kernels_suite(void) {
     tc = tcase_create("flash");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_attention_flash_bits);
+    tcase_add_test(tc, test_attention_quantized_cache);
     tcase_add_test(tc, test_attention_flash_rescale);
     tcase_add_test(tc, test_attention_flash_long);
     suite_add_tcase(s, tc);

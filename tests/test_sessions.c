@@ -23,6 +23,7 @@
 #include "rill_core.h"
 #include "rill_forward.h"
 #include "rill_model.h"
+#include "rill_quant.h"
 #include "rill_session.h"
 #include "rill_tokenizer.h"
 #include "test_util.h"
@@ -689,6 +690,130 @@ START_TEST(text_chunks_equal_whole_text_spm) {
 }
 END_TEST
 
+/* ---- quantized caches --------------------------------------------------------------------- */
+
+/* Layer-0 K of slots [0, n) decoded to f32 ((slot, Hkv, D) order), whatever the cache types. */
+static void read_k_decoded(rig_t *g, rill_kv_cache_t *kv, const int32_t *pages, int n, float *out) {
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
+    const int64_t pb = rill_kv_page_bytes(lay),
+                  rb = rill_dtype_row_bytes(lay->k_dtype, lay->head_dim);
+    const int P = lay->page_size, H = lay->n_kv_heads, D = lay->head_dim;
+    unsigned char *page = malloc((size_t)pb);
+    for (int s = 0; s < n; s++) {
+        ck_assert_int_eq(
+            rill_backend_copy_out(
+                g->be, page, (char *)rill_kv_cache_pool(kv, 0) + pages[s / P] * pb, (size_t)pb),
+            RILL_OK);
+        for (int h = 0; h < H; h++) {
+            ck_assert_int_eq(rill_dequantize_row(lay->k_dtype, page + ((int64_t)h * P + s % P) * rb,
+                                                 out + ((size_t)s * H + h) * D, D),
+                             RILL_OK);
+        }
+    }
+    free(page);
+}
+
+/* Q8_0 and Q4_0 caches (and K and V of different types) behave as sessions promise: a query
+ * leaves the session's bytes as they were, a fork decoding by hand gets the query's answer, a
+ * rollback and re-append equals a twin that never rolled back (bit for bit: the same rows give
+ * the same blocks), and a window's re-rotated keys stay within the quantization of the keys a
+ * fresh prefill of the kept tokens stores (the shift decodes, rotates and quantizes again:
+ * at most one step of the original block, one of the new, and the fresh one's half step, so
+ * 2.5 steps of the block, a step being amax / 127 (q8_0) or amax / 8 (q4_0)). */
+static void quantized_session_case(rill_dtype_t k, int32_t v) {
+    rig_t g;
+    test_rig_params_t p = test_rig_default_params(QWEN);
+    p.forward.max_batch = 64;
+    p.pool.n_cells = 4096;
+    p.pool.kv_type = k;
+    p.pool.kv_type_v = v;
+    p.ref_tokens = 16 * RILL_KV_PAGE_SIZE;
+    test_rig_open(&g, &p);
+    const rill_kv_layout_t *lay = rill_kv_cache_layout(rill_session_pool_cache(g.pool));
+    ck_assert_int_eq(lay->k_dtype, k);
+    ck_assert_int_eq(lay->v_dtype, v == RILL_SESSION_KV_SAME ? k : (rill_dtype_t)v);
+    int32_t toks[60], q[12];
+    test_rand_tokens(test_rng(), toks, 60, g.V);
+    test_rand_tokens(test_rng(), q, 12, g.V);
+    rill_session_t *s = NULL, *twin = NULL, *f = NULL;
+    ck_assert_int_eq(rill_session_new(g.pool, NULL, &s), RILL_OK);
+    ck_assert_int_eq(rill_session_new(g.pool, NULL, &twin), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, toks, 45), RILL_OK);
+    ck_assert_int_eq(rill_session_append(twin, toks, 45), RILL_OK);
+    kv_snap_t before, after;
+    snap(&g, s, &before);
+    int32_t out[6], out2[6];
+    rill_session_gen_t gen = { .n_max = 6, .out = out };
+    ck_assert_int_eq(rill_session_query(s, q, 12, &gen), RILL_OK);
+    snap(&g, s, &after);
+    snap_equal(&g, &before, &after);
+    ck_assert_int_eq(rill_session_fork(s, &f), RILL_OK);
+    ck_assert_int_eq(rill_session_append(f, q, 12), RILL_OK);
+    rill_session_gen_t gen2 = { .n_max = 6, .out = out2 };
+    ck_assert_int_eq(rill_session_generate(f, &gen2), RILL_OK);
+    ck_assert_mem_eq(out, out2, sizeof out);
+    rill_session_destroy(&f);
+    ck_assert_int_eq(rill_session_append(s, toks + 45, 10), RILL_OK); /* then rolled back */
+    ck_assert_int_eq(rill_session_rollback(s, 45), RILL_OK);
+    ck_assert_int_eq(rill_session_append(s, toks + 50, 10), RILL_OK);
+    ck_assert_int_eq(rill_session_append(twin, toks + 50, 10), RILL_OK);
+    ck_assert_mem_eq(logits_of(s), logits_of(twin), (size_t)g.V * sizeof(float));
+    rill_session_destroy(&s);
+    rill_session_destroy(&twin);
+
+    /* a window: 16 sinks + 64, one page evicted when full */
+    rill_session_params_t sp = rill_session_default_params();
+    sp.n_sink = 16;
+    sp.window = 64;
+    sp.evict_pages = 1;
+    ck_assert_int_eq(rill_session_new(g.pool, &sp, &s), RILL_OK);
+    int32_t stream[100], win[100];
+    test_rand_tokens(test_rng(), stream, 100, g.V);
+    ck_assert_int_eq(rill_session_append(s, stream, 83), RILL_OK);
+    rill_session_stats_t st;
+    rill_session_stats(s, &st);
+    ck_assert_int_eq(st.n_evicted, 16);
+    ck_assert_int_eq(st.n_resident, 67);
+    const int n = window_tokens(stream, 83, 16, st.kept_from, win);
+    int32_t np = 0;
+    const int32_t *pages = rill_session_pages(s, &np);
+    const int row = lay->n_kv_heads * lay->head_dim, D = lay->head_dim;
+    float *got = malloc((size_t)n * row * sizeof(float));
+    float *fresh = malloc((size_t)n * row * sizeof(float));
+    float *tmp = malloc((size_t)g.V * sizeof(float));
+    read_k_decoded(&g, rill_session_pool_cache(g.pool), pages, n, got);
+    ref_logits(&g, win, n, tmp);
+    read_k_decoded(&g, g.kv, g.pages, n, fresh);
+    const double levels = k == RILL_DTYPE_Q8_0 ? 127.0 : k == RILL_DTYPE_Q4_0 ? 8.0 : 0.0;
+    double worst = 0.0;
+    for (int b = 0; b < n * row / 32; b++) { /* per 32-value block of the fresh keys */
+        double amax = 0.0, d = 0.0;
+        for (int i = 0; i < 32; i++) {
+            amax = fmax(amax, fabs(fresh[b * 32 + i]));
+            d = fmax(d, fabs(got[b * 32 + i] - fresh[b * 32 + i]));
+        }
+        const double bound = levels > 0 ? 2.5 * amax / levels + 1e-6 : 1e-3 * amax + 1e-6;
+        ck_assert_msg(d <= bound, "%s: block %d: re-rotated keys off by %g (bound %g)",
+                      rill_dtype_name(k), b, d, bound);
+        worst = fmax(worst, d / (amax > 0 ? amax : 1));
+    }
+    printf("K %s: re-rotated keys vs a fresh prefill's, worst %.3g of the block's amax\n",
+           rill_dtype_name(k), worst);
+    (void)D;
+    free(got);
+    free(fresh);
+    free(tmp);
+    rill_session_destroy(&s);
+    test_rig_close(&g);
+}
+
+START_TEST(quantized_caches_fork_rollback_window) {
+    quantized_session_case(RILL_DTYPE_Q8_0, RILL_SESSION_KV_SAME);
+    quantized_session_case(RILL_DTYPE_Q4_0, RILL_SESSION_KV_SAME);
+    quantized_session_case(RILL_DTYPE_Q8_0, RILL_DTYPE_F16);
+}
+END_TEST
+
 /* ---- failures ------------------------------------------------------------------------------- */
 
 START_TEST(arguments_are_checked) {
@@ -700,8 +825,14 @@ START_TEST(arguments_are_checked) {
     ck_assert_int_eq(rill_session_pool_new(g.fw, &pp, &p), RILL_EINVAL);
     ck_assert_ptr_null(p);
     pp = rill_session_pool_default_params();
-    pp.kv_type = RILL_DTYPE_Q8_0;
+    pp.kv_type = RILL_DTYPE_Q4_1; /* not a cache type */
     ck_assert_int_eq(rill_session_pool_new(g.fw, &pp, &p), RILL_EINVAL);
+    pp = rill_session_pool_default_params();
+    pp.kv_type_v = RILL_DTYPE_Q8_K;
+    ck_assert_int_eq(rill_session_pool_new(g.fw, &pp, &p), RILL_EINVAL);
+    pp.kv_type_v = 77; /* no type at all */
+    ck_assert_int_eq(rill_session_pool_new(g.fw, &pp, &p), RILL_EINVAL);
+    ck_assert_ptr_null(p);
     ck_assert_int_eq(rill_session_pool_new(NULL, NULL, &p), RILL_EINVAL);
     rill_session_t *s = NULL;
     rill_session_params_t sp = rill_session_default_params();
@@ -1020,6 +1151,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, chunked_appends_equal_one_shot);
     tcase_add_test(tc, query_leaves_session_identical);
+    tcase_add_test(tc, quantized_caches_fork_rollback_window);
     tcase_add_test(tc, random_ops_match_reprefill);
     tcase_add_test(tc, random_ops_with_window_match_reprefill_1_layer);
     tcase_add_test(tc, eviction_rotates_keys_qwen2_neox);

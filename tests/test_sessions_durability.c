@@ -183,9 +183,14 @@ static rill_session_t *restore_ok(rig_t *g, const char *snap, const char *log,
 
 /* ---- snapshot ------------------------------------------------------------------------------- */
 
-START_TEST(snapshot_destroy_restore_is_bit_identical) {
+/* On a pool of cache types (k, v): a windowed stream past several evictions (K re-rotated in
+ * place, for a quantized K decoded, rotated and quantized again), a fork, a rollback, each
+ * snapshotted, destroyed and restored to the same bytes. */
+static void snapshot_roundtrip(rill_dtype_t k, int32_t v) {
     rig_t g;
-    rig_open(&g, 1024);
+    test_rig_params_t p = rig_params(MODEL, 1024, k, RILL_KV_PAGE_SIZE);
+    p.pool.kv_type_v = v;
+    test_rig_open(&g, &p);
     const char *snap = test_path_in(g_dir, "a.snap");
     /* Three shapes: a windowed stream past several evictions with held-back text; a fork that
      * shares pages with it; a session whose logits a rollback invalidated. */
@@ -249,6 +254,17 @@ START_TEST(snapshot_destroy_restore_is_bit_identical) {
     ck_assert_int_eq(rill_session_pool_n_free(g.pool), rill_session_pool_n_pages(g.pool));
     test_dir_clear(g_dir);
     test_rig_close(&g);
+}
+
+START_TEST(snapshot_destroy_restore_is_bit_identical) {
+    snapshot_roundtrip(RILL_DTYPE_F16, RILL_SESSION_KV_SAME);
+}
+END_TEST
+
+START_TEST(quantized_caches_snapshot_and_restore_bit_identical) {
+    snapshot_roundtrip(RILL_DTYPE_Q8_0, RILL_SESSION_KV_SAME);
+    snapshot_roundtrip(RILL_DTYPE_Q4_0, RILL_DTYPE_Q8_0);
+    snapshot_roundtrip(RILL_DTYPE_F16, RILL_DTYPE_Q4_0);
 }
 END_TEST
 
@@ -601,6 +617,14 @@ START_TEST(another_model_is_refused) {
         test_rand_tokens(test_rng(), t, 20, g.V);
         ck_assert_int_eq(rill_session_append(s, t, 20), RILL_OK);
         ck_assert_int_eq(rill_session_snapshot(s, snap), RILL_OK);
+        /* an F16 pool's fingerprint field of the cache types is the type id alone (1), as
+         * before K and V had types of their own: older files still load */
+        unsigned char h[24 + 64];
+        FILE *f = fopen(snap, "rb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fread(h, 1, sizeof h, f), sizeof h);
+        fclose(f);
+        ck_assert_uint_eq(h[24 + 48] | h[24 + 49] << 8 | h[24 + 50] << 16 | h[24 + 51] << 24, 1);
         rill_session_destroy(&s);
         test_rig_close(&g);
     }
@@ -612,7 +636,9 @@ START_TEST(another_model_is_refused) {
     } others[] = {
         { MODEL_F32, RILL_DTYPE_F16, 16, "GGUF file size" }, /* same shape, other weights */
         { LLAMA, RILL_DTYPE_F16, 16, "architecture" },
-        { MODEL, RILL_DTYPE_F32, 16, "KV element type" },
+        { MODEL, RILL_DTYPE_F32, 16, "KV cache types K f16, V f16; this pool has K f32" },
+        { MODEL, RILL_DTYPE_Q8_0, 16, "KV cache types K f16, V f16; this pool has K q8_0" },
+        { MODEL, RILL_DTYPE_Q4_0, 16, "this pool has K q4_0, V q4_0" },
         { MODEL, RILL_DTYPE_F16, 8, "page size" },
     };
     for (size_t i = 0; i < sizeof others / sizeof others[0]; i++) {
@@ -1141,6 +1167,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, sigkill_mid_ingest_loses_no_acknowledged_batch);
     tcase_add_test(tc, snapshot_destroy_restore_is_bit_identical);
+    tcase_add_test(tc, quantized_caches_snapshot_and_restore_bit_identical);
     tcase_add_test(tc, restore_and_replay_reach_the_uninterrupted_state);
     tcase_add_test(tc, torn_last_record_is_dropped);
     tcase_add_test(tc, corruption_before_the_tail_is_an_error);

@@ -474,8 +474,8 @@ typedef struct test_rig_params {
     rill_session_pool_params_t pool; /* default: the library's; n_cells 0: no pool. Its
                                         tokenizer field is set by the rig */
     int32_t ref_tokens; /* > 0: also a contiguous KV cache g->kv of that many positions (at most
-                           TEST_RIG_MAX_REF_TOKENS) in pool.kv_type, with page table g->pt, for
-                           oracles that re-prefill from position 0; default 0 */
+                           TEST_RIG_MAX_REF_TOKENS) in the pool's cache types, with page table
+                           g->pt, for oracles that re-prefill from position 0; default 0 */
 } test_rig_params_t;
 
 static inline test_rig_params_t test_rig_default_params(const char *model) {
@@ -601,8 +601,11 @@ static inline int test_rig_try_model(test_rig_t *g, rill_model_t *model, void *f
     if (p->ref_tokens > 0) {
         int32_t n_pages = (p->ref_tokens + RILL_KV_PAGE_SIZE - 1) / RILL_KV_PAGE_SIZE;
         if (n_pages > TEST_RIG_MAX_REF_PAGES ||
-            rill_kv_cache_new(g->fw, p->pool.kv_type, RILL_KV_PAGE_SIZE, n_pages, &g->kv) !=
-                RILL_OK) {
+            rill_kv_cache_new_types(g->fw, p->pool.kv_type,
+                                    p->pool.kv_type_v == RILL_SESSION_KV_SAME
+                                        ? p->pool.kv_type
+                                        : (rill_dtype_t)p->pool.kv_type_v,
+                                    RILL_KV_PAGE_SIZE, n_pages, &g->kv) != RILL_OK) {
             test__msg(msg, cap, "contiguous cache of %d positions: %s", (int)p->ref_tokens,
                       n_pages > TEST_RIG_MAX_REF_PAGES ? "too many" : rill_last_error(RILL_OK));
             step = 6;
@@ -748,11 +751,12 @@ static inline void test_state_capture(test_rig_t *g, rill_session_t *s, test_sta
     rill_kv_cache_t *kv = rill_session_pool_cache(g->pool);
     const rill_kv_layout_t *lay = rill_kv_cache_layout(kv);
     int64_t pb = rill_kv_page_bytes(lay);
-    size_t es = lay->dtype == RILL_DTYPE_F16 ? 2 : 4;
-    size_t row = (size_t)lay->head_dim * es;
+    /* a K row and a V row of the pool's types (F32, F16 or whole Q8_0 / Q4_0 blocks) */
+    const size_t krow = (size_t)rill_dtype_row_bytes(lay->k_dtype, lay->head_dim);
+    const size_t vrow = (size_t)rill_dtype_row_bytes(lay->v_dtype, lay->head_dim);
     int32_t P = lay->page_size, H = lay->n_kv_heads, np = 0;
     const int32_t *pages = rill_session_pages(s, &np);
-    out->kv_bytes = (size_t)g->L * 2 * (size_t)H * (size_t)out->n * row;
+    out->kv_bytes = (size_t)g->L * (size_t)H * (size_t)out->n * (krow + vrow);
     out->kv = malloc(out->kv_bytes + 1);
     unsigned char *page = malloc((size_t)pb);
     size_t o = 0;
@@ -765,7 +769,11 @@ static inline void test_state_capture(test_rig_t *g, rill_session_t *s, test_sta
                 RILL_OK);
             int32_t rows = out->n - j * P < P ? out->n - j * P : P;
             for (int kvh = 0; kvh < 2 * H; kvh++) { /* K heads then V heads */
-                memcpy(out->kv + o, page + (size_t)kvh * (size_t)P * row, (size_t)rows * row);
+                const size_t row = kvh < H ? krow : vrow;
+                const size_t at =
+                    kvh < H ? (size_t)kvh * (size_t)P * krow
+                            : (size_t)H * (size_t)P * krow + (size_t)(kvh - H) * (size_t)P * vrow;
+                memcpy(out->kv + o, page + at, (size_t)rows * row);
                 o += (size_t)rows * row;
             }
         }
