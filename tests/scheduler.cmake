@@ -14,8 +14,10 @@ rill_test(test_asr SOURCES test_asr.c LIBS rill_scheduler LABELS integration TIM
 # Recognizers as an engine work class (rill_scheduler.h "speech recognizers"): a consumer
 # session fed the transcript (against rill_asr driven directly), other sessions not held up,
 # bad feeds, failed allocations. Exits 77 without whisper-tiny.en or the tiny test models.
-rill_test(test_sched_speech SOURCES test_sched_speech.c LIBS rill_scheduler LABELS integration
-          TIMEOUT 600)
+# Labelled concurrency too: the audio queue, the engine's wake-up and the updates cross threads,
+# so the ThreadSanitizer pass runs it (about two minutes there).
+rill_test(test_sched_speech SOURCES test_sched_speech.c LIBS rill_scheduler
+          LABELS integration concurrency TIMEOUT 900)
 # Endpoint anticipation (scheduler/rill_endpoint.h: predictor and driver, pure logic) and the
 # end-of-turn mass of the scheduler (needs the tiny qwen2 model; those cases are left out
 # without it).
