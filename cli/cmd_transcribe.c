@@ -162,7 +162,7 @@ static void pace_to(const out_state_t *o, int64_t audio_samples, double pace) {
 
 int cmd_transcribe(int argc, char **argv) {
     const char *asr_path = NULL, *language = "en";
-    bool json = false, mic = false, offline = false;
+    bool json = false, mic = false, offline = false, no_timestamps = false;
     int64_t device = -1, threads = 0, step_ms = 1000;
     double pace = 0;
     const cli_opt_t opts[] = {
@@ -186,6 +186,10 @@ int cmd_transcribe(int argc, char **argv) {
           "baseline",
           0, -1 },
         { "step-ms", NULL, CLI_INT, &step_ms, "new audio between re-decodes, ms", 100, 10000 },
+        { "no-timestamps", NULL, CLI_FLAG, &no_timestamps,
+          "decode without Whisper's timestamps: the window is trimmed only when it grows too "
+          "long, not at segment ends (the comparison baseline)",
+          0, -1 },
         { "threads", "-t", CLI_INT, &threads, "compute threads, 0 = one per CPU", 0, 512 },
         { 0 },
     };
@@ -275,6 +279,7 @@ int cmd_transcribe(int argc, char **argv) {
     ap.language = language;
     ap.step_ms = (int32_t)step_ms;
     ap.keep_committed = false;
+    ap.timestamps = !no_timestamps;
     if (ap.transcript.max_window_ms > ap.window_ms - ap.step_ms) {
         ap.transcript.max_window_ms = ap.window_ms - ap.step_ms;
     }

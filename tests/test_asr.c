@@ -14,6 +14,8 @@
  * Exits 77 without models/whisper-tiny.en.gguf (RILL_TEST_WHISPER_DIR overrides the folder);
  * the LibriVox clip part skips without pocketsphinx-testdata.
  */
+#include <unistd.h>
+
 #include "rill_alloc.h"
 #include "rill_asr.h"
 #include "rill_audio.h"
@@ -296,6 +298,97 @@ START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
 }
 END_TEST
 
+/* Resident set size now, bytes (/proc/self/statm's second field), or -1 where there is none. */
+static int64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL) {
+        return -1;
+    }
+    long long size = 0, res = 0;
+    const int k = fscanf(f, "%lld %lld", &size, &res);
+    fclose(f);
+    return k == 2 ? res * (int64_t)sysconf(_SC_PAGESIZE) : -1;
+}
+
+/* Streams noise for n samples in CHUNK pieces, generated as it goes (an hour is not held). */
+static void stream_noise(rill_asr_t *a, int64_t n, run_t *r, rill_rand_t *rng) {
+    float buf[CHUNK];
+    rill_asr_update_t u;
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        const int64_t k = n - i < CHUNK ? n - i : CHUNK;
+        noise(buf, k, rng);
+        while (rill_asr_ready(a) || rill_asr_room(a) < k) {
+            const rill_err_t e = rill_asr_step(a, &u);
+            ck_assert_msg(e == RILL_OK, "step: %s", rill_last_error(e));
+            take(r, a, &u, false);
+        }
+        ck_assert_int_eq(rill_asr_feed(a, buf, k), RILL_OK);
+    }
+}
+
+/* The issue's memory test: an hour of audio (speech clips between stretches of room noise, so
+ * that the detector skips most of it), fed as fast as the recognizer takes it; the process's RSS
+ * and core's live bytes are sampled after every minute. Bounds after the warm-up (the first 5
+ * minutes, when the allocator's arenas and the transcript's buffers reach their size): live bytes
+ * may not grow by more than 4 KiB, RSS by more than 4 MiB (allocator noise; a leak of one
+ * decode's buffers per minute would be tens of MiB by the end). Release build only (ctest
+ * test_asr_hour; under ASan RSS measures the sanitizer's quarantine, and it takes too long). */
+START_TEST(an_hour_of_audio_keeps_memory_flat) {
+    int64_t nb = 0, nl = 0;
+    float *birch = read_clip(BIRCH, &nb), *lv = read_clip(LV0880, &nl);
+    ck_assert_ptr_nonnull(birch);
+    enum { MINUTES = 60, WARM = 5 };
+    rill_asr_params_t p = rill_asr_default_params();
+    p.keep_committed = false;
+    rill_asr_t *a = NULL;
+    ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
+    run_t r = { 0 };
+    rill_rand_t *rng = test_rng();
+    int64_t rss[MINUTES + 1], live[MINUTES + 1];
+    const uint64_t t0 = rill_now_ns();
+    for (int m = 0; m < MINUTES; m++) {
+        /* a minute: the clip (LibriVox's every other minute when present), then noise */
+        const bool use_lv = lv != NULL && m % 2 == 1;
+        const float *clip = use_lv ? lv : birch;
+        const int64_t nc = use_lv ? nl : nb;
+        stream(a, clip, nc, &r, false);
+        stream_noise(a, 60 * 16000 - nc, &r, rng);
+        rss[m] = rss_bytes();
+        live[m] = live_bytes();
+    }
+    stream_noise(a, 3 * 16000, &r, rng);
+    finish(a, &r, false);
+    const double wall = (double)(rill_now_ns() - t0) * 1e-9;
+    const rill_asr_stats_t st = rill_asr_stats(a);
+    int64_t rss_max = 0, live_max = 0;
+    for (int m = WARM; m < MINUTES; m++) {
+        rss_max = rss[m] > rss_max ? rss[m] : rss_max;
+        live_max = live[m] > live_max ? live[m] : live_max;
+    }
+    printf("an hour (%.1f min of audio) in %.1f s: %lld decodes, %lld + %lld steps skipped; RSS "
+           "%.1f MiB after %d min, at most %.1f MiB after, %.1f MiB at the end; live bytes %lld "
+           "after %d min, at most %lld after; \"smooth\" %d times, \"young\" %d times\n",
+           (double)st.samples_fed / 16000 / 60, wall, (long long)st.decodes,
+           (long long)st.skipped_silence, (long long)st.skipped_settled,
+           (double)rss[WARM - 1] / (1 << 20), WARM, (double)rss_max / (1 << 20),
+           (double)rss[MINUTES - 1] / (1 << 20), (long long)live[WARM - 1], WARM,
+           (long long)live_max, count_of(r.text, "smooth"), count_of(r.text, "young"));
+    ck_assert_double_ge((double)st.samples_fed / 16000, 3600.0);
+    ck_assert_int_le(live_max, live[WARM - 1] + 4096);
+    if (rss[0] > 0) {
+        ck_assert_int_le(rss_max, rss[WARM - 1] + (4 << 20));
+    }
+    /* the hour was heard: (nearly) every clip, and most of it skipped undecoded */
+    ck_assert_int_ge(count_of(r.text, "smooth") + count_of(r.text, "young"), MINUTES - 3);
+    ck_assert_int_le(st.decodes, MINUTES * 10);
+    ck_assert_int_ge(st.skipped_silence + st.skipped_settled, MINUTES * 40);
+    rill_asr_destroy(&a);
+    free(r.text);
+    free(birch);
+    free(lv);
+}
+END_TEST
+
 START_TEST(continuous_speech_is_trimmed_at_the_window_limit) {
     int64_t nc = 0;
     float *clip = read_clip(BIRCH, &nc);
@@ -441,6 +534,12 @@ static Suite *asr_suite(void) {
     Suite *s = suite_create("asr");
     TCase *tc = tcase_create("asr");
     tcase_set_timeout(tc, 900);
+    if (getenv("RILL_TEST_ASR_HOUR") != NULL) {
+        /* ctest test_asr_hour (release builds only) */
+        tcase_add_test(tc, an_hour_of_audio_keeps_memory_flat);
+        suite_add_tcase(s, tc);
+        return s;
+    }
     tcase_add_test(tc, streamed_transcripts_match_the_offline_reference);
     tcase_add_test(tc, bad_input_is_refused_and_changes_nothing);
     tcase_add_test(tc, failed_allocations_leak_nothing);

@@ -242,7 +242,22 @@ START_TEST(an_hour_stays_bounded_and_whole) {
         const char *pr = rill_transcript_prompt(t, &pn);
         ck_assert_uint_le(pn, 40);
         ck_assert(pn == 0 || pr[0] == 'w');
-        ck_assert_uint_le(strlen(rill_transcript_committed(t, NULL)), 40);
+        /* the prompt before the window ends with the last word of the trimmed sentence */
+        size_t bn;
+        const char *bp = rill_transcript_prompt_before(t, &bn);
+        ck_assert_uint_le(bn, 40);
+        if (ws == 0) {
+            ck_assert_uint_eq(bn, 0);
+        } else {
+            ck_assert(bn > 0 && bp[0] == 'w');
+            const char *lw = bp + bn;
+            while (lw > bp && lw[-1] != 'w') {
+                lw--;
+            }
+            ck_assert_int_eq(strtol(lw, NULL, 10) + 1, ws / 1000);
+        }
+        /* kept: that prompt and the committed words still in the window (under 3 sentences) */
+        ck_assert_uint_le(strlen(rill_transcript_committed(t, NULL)), 40 + 3 * PER_SENTENCE * 6);
     }
     rill_transcript_update_t u;
     ck_assert_int_eq(rill_transcript_finish(t, &u), RILL_OK);
