@@ -7,7 +7,9 @@
  * recognizer step whenever a second of new audio has come (rill_asr_ready). A file is read as
  * fast as the machine allows, or at --pace times real time (the reader sleeps until the wall
  * clock reaches audio / pace). --offline is the whole-file baseline: no step until the window
- * is full, so a clip shorter than the window is decoded once, at the end.
+ * is full, so a clip shorter than the window is decoded once, at the end. The recognizer decodes
+ * with Whisper's timestamps and trims its window at committed segment ends; --no-timestamps is
+ * the old path (one segment per decode, trims only at the window limit), for comparison.
  *
  * Output. --json: a line per change (new committed words or a different tentative tail), with
  * the whole committed text so far, then the final line; the committed text is kept here (the
