@@ -335,7 +335,8 @@ static void stream_noise(rill_asr_t *a, int64_t n, run_t *r, rill_rand_t *rng) {
  * and core's live bytes are sampled after every minute. Warm-up: the first 15 minutes. RSS grows
  * while the previous-text prompt does (each prompt token touches fresh pages of the decoder's KV
  * cache and scratch, about 27 KB a token for tiny.en), until the prompt reaches prompt_bytes
- * (600 bytes, about 12 minutes of this stream: measured +0.35 MiB a minute until then); the
+ * (600 bytes, about 13 minutes of this stream: measured +0.35 MiB a minute until then, then
+ * 297.40, 297.45, 297.45 MB after 14, 15, 16 minutes); the
  * allocator's buffers reach their size sooner. After it: live bytes may not grow by more than
  * 4 KiB, RSS by more than 4 MiB (a leak of one decode's buffers per minute would be tens of MiB by
  * the end). Release build only (ctest test_asr_hour; under ASan RSS measures the sanitizer's
