@@ -86,8 +86,9 @@ typedef struct rill_asr_params {
     bool keep_committed;       /* keep the whole committed text (default true); false: see the
                                   top (memory) */
     bool timestamps;           /* decode with timestamps and trim at segment ends (default
-                                  true); false: one segment of unknown end per decode, trims at
-                                  max_window_ms only */
+                                  false: one segment of unknown end per decode, trims at
+                                  max_window_ms only; true commits some clips twice in a stream
+                                  of speech between long silences, see docs/architecture.md) */
     rill_transcript_params_t transcript; /* max_window_ms must be <= window_ms - step_ms */
     rill_vad_params_t vad;
 } rill_asr_params_t;
