@@ -1098,6 +1098,7 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
             goto cleanup;
         }
     }
+    t.avg_logprob = (float)(sum_lp / (t.n_tokens + 1));
     if (p.timestamps) {
         err =
             split_transcript(w, p.window_ms > 0 ? p.window_ms : rill_whisper_n_frames(w) * 10, &t);
