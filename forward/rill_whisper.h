@@ -14,7 +14,8 @@
  *     rows asked for: the building block for batched, streaming and speculative decoding;
  *   - rill_whisper_greedy() is the plain transcription of one window (prompt sot, language,
  *     transcribe, no_timestamps; token suppression; greedy until eot), with the no-speech
- *     probability.
+ *     probability; or, with timestamps, Whisper's timestamp rules and the window's segments
+ *     (start, end, text) as faster-whisper splits them.
  *
  * The computation is CTranslate2's WhisperSpec (the oracle, tests/test_whisper.c): pre-norm
  * blocks, LayerNorm eps from the model, GELU (erf), conv1 (k 3, stride 1, pad 1) + GELU, conv2
@@ -162,20 +163,55 @@ int64_t rill_whisper_prompt(const rill_whisper_t *w, const char *language, int32
                             int32_t cap);
 
 typedef struct rill_whisper_greedy_params {
-    const char *language; /* as rill_whisper_prompt(); default NULL */
-    int32_t max_tokens;   /* most tokens generated (0, the default: until the prompt plus the
-                             generated tokens fill n_text_ctx, as faster-whisper's max_length) */
+    const char *language;   /* as rill_whisper_prompt(); default NULL */
+    int32_t max_tokens;     /* most tokens generated (0, the default: until the prompt plus the
+                               generated tokens fill n_text_ctx, as faster-whisper's max_length;
+                               with timestamps, CTranslate2's decoding limit: n_text_ctx / 2) */
+    bool timestamps;        /* decode with Whisper's timestamp tokens and split the result into
+                               segments (see rill_whisper_greedy()); default false */
+    int32_t max_initial_ms; /* with timestamps: the latest the first timestamp may be, ms (rounded
+                               down to 20 ms); 0 (default): 1000, faster-whisper's
+                               max_initial_timestamp; -1: no limit */
+    int32_t window_ms;      /* with timestamps: audio in the window, ms (the rest of its 30 s is
+                               padding): the end of a segment that has no closing timestamp and
+                               the seek after one that has; 0 (default): 30000 */
 } rill_whisper_greedy_params_t;
 
 rill_whisper_greedy_params_t rill_whisper_greedy_default_params(void);
 
+/* Milliseconds per timestamp token: <|0.00|> + k is k * 20 ms into the window. */
+#define RILL_WHISPER_TS_MS 20
+
+/* One segment of a transcription with timestamps, as faster-whisper's
+ * _split_segments_by_timestamps makes it (window-relative times). */
+typedef struct rill_whisper_segment {
+    int32_t t0_ms, t1_ms; /* start and end in the window, ms (see rill_whisper_segments()) */
+    int32_t first, n_ids; /* its ids: tokens[first, first + n_ids), timestamp tokens included */
+    size_t text_off;      /* its text: text[text_off, text_off + text_len) of the transcript */
+    size_t text_len;
+    bool closed; /* its last id is a timestamp (false: its end is not one the model gave) */
+} rill_whisper_segment_t;
+
 typedef struct rill_whisper_transcript {
-    int32_t *tokens; /* generated ids, eot excluded; owned (rill_whisper_transcript_deinit) */
+    int32_t *tokens; /* generated ids, eot excluded (timestamp tokens included); owned
+                        (rill_whisper_transcript_deinit) */
     int32_t n_tokens;
     char *text;           /* their text (NUL-terminated UTF-8, the tokenizer's decode); owned */
     size_t text_len;      /* bytes before the NUL */
     float no_speech_prob; /* softmax of the logits after sot, at the no_speech token */
     bool hit_limit;       /* stopped by the length limit, not by eot */
+    float avg_logprob;    /* faster-whisper's avg_logprob: the log-probabilities of the chosen
+                             ids and of eot (each after the suppression and rules), summed, over
+                             n_tokens + 1 */
+    /* with timestamps (otherwise segments NULL, n_segments 0, tail_first n_tokens,
+     * tail_text_off text_len, seek_ms 0): */
+    rill_whisper_segment_t *segments; /* faster-whisper's segments of the window; owned */
+    int32_t n_segments;
+    int32_t tail_first;   /* tokens[tail_first, n_tokens): an unfinished segment after the last
+                             one (opened by a timestamp, never closed), which faster-whisper
+                             drops and decodes again in its next window */
+    size_t tail_text_off; /* its text: text[tail_text_off, text_len) */
+    int32_t seek_ms;      /* where faster-whisper's next window would start, ms into this one */
 } rill_whisper_transcript_t;
 
 /* Greedy transcription of one encoded window, as CTranslate2's Whisper generate with beam 1:
@@ -184,9 +220,19 @@ typedef struct rill_whisper_transcript {
  * suppression list), and at the first step those of whisper.begin_suppress_tokens too
  * (suppress_blank); the next token is the arg-max (lowest id on ties); stops at eot or at the
  * length limit. Uses w's own KV cache (no caller cache is touched). On success out is filled
- * (caller owns it: rill_whisper_transcript_deinit); on error out is zeroed. Errors: RILL_EINVAL
- * (NULL, a window not encoded or of another rill_whisper_t, max_tokens < 0), RILL_ENOTFOUND
- * (language), RILL_ENOMEM, the decode's. Blocks until done. */
+ * (caller owns it: rill_whisper_transcript_deinit); on error out is zeroed.
+ *
+ * With params->timestamps: the prompt without <|notimestamps|>, each step's choice
+ * rill_whisper_pick_timestamp(), and the ids split by rill_whisper_segments(); out->text is
+ * then the segments' texts back to back (each the tokenizer's RILL_TOKENIZER_DECODE_RAW decode
+ * of its text tokens, as faster-whisper decodes a segment), then the tail's; a segment of zero
+ * length or with only blank text is left out, as faster-whisper leaves it out. Text, start and
+ * end equal faster-whisper 1.2.1's (WhisperModel.transcribe, beam 1, temperature 0,
+ * without_timestamps False) on the test clips: tests/test_whisper.c.
+ *
+ * Errors: RILL_EINVAL (NULL, a window not encoded or of another rill_whisper_t, max_tokens < 0,
+ * max_initial_ms < -1, window_ms outside [0, 30000]), RILL_ENOTFOUND (language), RILL_ENOMEM,
+ * the decode's and the tokenizer's. Blocks until done. */
 rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *win,
                                const rill_whisper_greedy_params_t *params,
                                rill_whisper_transcript_t *out);
@@ -196,6 +242,38 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
  * the first generated token, which also suppresses begin_suppress_tokens) and returns the arg-max
  * (lowest id on ties). hp from rill_whisper_hparams(). Never fails for valid arguments. */
 int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first);
+
+/* The same with timestamps: Whisper's timestamp rules as CTranslate2 4.8 applies them
+ * (ApplyTimestampRules), on top of rill_whisper_pick()'s suppression (first = n_gen == 0).
+ * gen[0, n_gen) are the ids generated so far in this window (after the sot sequence). In place
+ * on logits, then the arg-max:
+ *   - <|notimestamps|> is never chosen;
+ *   - the first token is a timestamp, at most <|0.00|> + max_initial (max_initial < 0: any);
+ *   - after a timestamp that follows text, the next is a timestamp or eot (a segment's end,
+ *     then the next one's start); after two timestamps in a row (or the first one), text or eot;
+ *   - a timestamp is never earlier than the last one generated;
+ *   - wherever text could come, if the probability of all timestamps together exceeds that of
+ *     the likeliest text token (eot counts as text), a timestamp is forced.
+ * Never fails for valid arguments (hp from rill_whisper_hparams(), gen valid for n_gen). */
+int32_t rill_whisper_pick_timestamp(const rill_whisper_hparams_t *hp, float *logits,
+                                    const int32_t *gen, int32_t n_gen, int32_t max_initial);
+
+/* Splits a window's generated ids[0, n) (timestamp tokens included, eot excluded) into segments
+ * as faster-whisper does (WhisperModel._split_segments_by_timestamps at time offset 0), into
+ * segs[cap] (cap >= n, and >= 1, always suffices; ids that follow the timestamp rules need at
+ * most n / 2 + 1). When two timestamps stand together somewhere,
+ * every run from a timestamp to the next pair is a segment from its first timestamp to its last;
+ * ids after the last pair are the unfinished tail (*tail gets its start; n when the ids end with
+ * a lone timestamp after text, which closes a last segment), and *seek_ms is the last pair's end
+ * (window_ms when nothing is unfinished). Otherwise all ids are one segment from 0 to its last
+ * timestamp, or to window_ms when it has none or only <|0.00|>; *tail = n, *seek_ms = window_ms.
+ * Times: (id - timestamp_begin) * RILL_WHISPER_TS_MS. Text offsets are left 0. tail and seek_ms
+ * may be NULL. Returns the number of segments (>= 1). Errors: RILL_EINVAL (NULL hp or segs, ids
+ * NULL with n > 0, n < 0, cap < 1, window_ms < 0), RILL_EFULL (more segments than cap; segs
+ * then holds the first cap). */
+int32_t rill_whisper_segments(const rill_whisper_hparams_t *hp, const int32_t *ids, int32_t n,
+                              int32_t window_ms, rill_whisper_segment_t *segs, int32_t cap,
+                              int32_t *tail, int32_t *seek_ms);
 
 /* Frees a transcript's arrays and zeroes it. NULL-safe. */
 void rill_whisper_transcript_deinit(rill_whisper_transcript_t *t);

@@ -108,7 +108,9 @@ rill_whisper_params_t rill_whisper_default_params(void) {
 }
 
 rill_whisper_greedy_params_t rill_whisper_greedy_default_params(void) {
-    rill_whisper_greedy_params_t p = { NULL, 0 };
+    rill_whisper_greedy_params_t p = {
+        .language = NULL, .max_tokens = 0, .timestamps = false, .max_initial_ms = 0, .window_ms = 0
+    };
     return p;
 }
 
@@ -733,7 +735,24 @@ void rill_whisper_transcript_deinit(rill_whisper_transcript_t *t) {
     }
     rill_free(t->tokens);
     rill_free(t->text);
+    rill_free(t->segments);
     memset(t, 0, sizeof *t);
+}
+
+/* log softmax(logits)[id] in double (-inf when every logit is -inf). */
+static double log_prob_of(const float *logits, int64_t V, int32_t id) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < V; i++) {
+        m = logits[i] > m ? logits[i] : m;
+    }
+    if (!isfinite(m)) {
+        return -INFINITY;
+    }
+    double sum = 0.0;
+    for (int64_t i = 0; i < V; i++) {
+        sum += exp((double)logits[i] - m);
+    }
+    return (double)logits[id] - m - log(sum);
 }
 
 /* softmax(logits)[id] in double. */
@@ -749,7 +768,9 @@ static float prob_of(const float *logits, int64_t V, int32_t id) {
     return (float)(exp((double)logits[id] - m) / sum);
 }
 
-int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first) {
+/* The suppression every greedy step applies (faster-whisper's list; begin_suppress_tokens too
+ * at the first generated token). */
+static void suppress(const rill_whisper_hparams_t *hp, float *logits, bool first) {
     for (int32_t i = 0; i < hp->n_suppress; i++) {
         logits[hp->suppress[i]] = -INFINITY;
     }
@@ -763,13 +784,235 @@ int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool 
             logits[hp->begin_suppress[i]] = -INFINITY;
         }
     }
+}
+
+static int32_t arg_max(const float *logits, int32_t n) {
     int32_t best = 0;
-    for (int32_t i = 1; i < hp->n_vocab; i++) {
+    for (int32_t i = 1; i < n; i++) {
         if (logits[i] > logits[best]) {
             best = i;
         }
     }
     return best;
+}
+
+static void set_inf(float *logits, int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; i++) {
+        logits[i] = -INFINITY;
+    }
+}
+
+int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first) {
+    suppress(hp, logits, first);
+    return arg_max(logits, hp->n_vocab);
+}
+
+int32_t rill_whisper_pick_timestamp(const rill_whisper_hparams_t *hp, float *logits,
+                                    const int32_t *gen, int32_t n_gen, int32_t max_initial) {
+    const int32_t tsb = hp->tok_timestamp_begin, V = hp->n_vocab;
+    suppress(hp, logits, n_gen == 0);
+    logits[hp->tok_no_timestamps] = -INFINITY;
+    bool check = true;
+    if (n_gen == 0) {
+        /* the first token is a timestamp, at most max_initial steps in */
+        set_inf(logits, 0, tsb);
+        if (max_initial >= 0 && (int64_t)tsb + max_initial + 1 < V) {
+            set_inf(logits, tsb + max_initial + 1, V);
+        }
+        check = false;
+    } else {
+        const int32_t last = gen[n_gen - 1];
+        if (last >= tsb) {
+            const int32_t pen = n_gen >= 2 ? gen[n_gen - 2] : last;
+            if (pen >= tsb) {
+                set_inf(logits, tsb, V); /* a pair is closed (or the first): text or eot next */
+                check = false;
+            } else {
+                set_inf(logits, 0, hp->tok_eot); /* a segment's end: its pair's start, or eot */
+            }
+        }
+        /* timestamps never decrease */
+        for (int32_t t = n_gen - 1; t >= 0; t--) {
+            if (gen[t] >= tsb) {
+                set_inf(logits, tsb, gen[t]);
+                break;
+            }
+        }
+    }
+    if (check) {
+        /* the probability mass of all timestamps against the likeliest text token (both after
+         * the rules above), compared in the logit domain: the softmax's normaliser cancels */
+        float mt = -INFINITY, mx = -INFINITY;
+        for (int32_t i = 0; i < tsb; i++) {
+            mt = logits[i] > mt ? logits[i] : mt;
+        }
+        for (int32_t i = tsb; i < V; i++) {
+            mx = logits[i] > mx ? logits[i] : mx;
+        }
+        if (isfinite(mx)) {
+            double sum = 0.0;
+            for (int32_t i = tsb; i < V; i++) {
+                sum += exp((double)logits[i] - mx);
+            }
+            if ((double)mx + log(sum) > (double)mt) {
+                set_inf(logits, 0, tsb);
+            }
+        }
+    }
+    return arg_max(logits, V);
+}
+
+int32_t rill_whisper_segments(const rill_whisper_hparams_t *hp, const int32_t *ids, int32_t n,
+                              int32_t window_ms, rill_whisper_segment_t *segs, int32_t cap,
+                              int32_t *tail, int32_t *seek_ms) {
+    if (hp == NULL || n < 0 || (ids == NULL && n > 0) || segs == NULL || cap < 1 || window_ms < 0) {
+        return RILL_EINVAL;
+    }
+    const int32_t tsb = hp->tok_timestamp_begin;
+    const bool single_end = n >= 2 && ids[n - 2] < tsb && ids[n - 1] >= tsb;
+    int32_t k = 0, last = 0;
+    bool consecutive = false;
+    for (int32_t i = 1; i <= n; i++) {
+        const bool cut = i < n ? ids[i] >= tsb && ids[i - 1] >= tsb : consecutive && single_end;
+        if (!cut) {
+            continue;
+        }
+        consecutive = true;
+        if (k == cap) {
+            return RILL_EFULL;
+        }
+        /* ids[last, i) opens and closes with a timestamp */
+        segs[k++] = (rill_whisper_segment_t){ .t0_ms = (ids[last] - tsb) * RILL_WHISPER_TS_MS,
+                                              .t1_ms = (ids[i - 1] - tsb) * RILL_WHISPER_TS_MS,
+                                              .first = last,
+                                              .n_ids = i - last,
+                                              .closed = true };
+        last = i;
+    }
+    int32_t t = n, seek = window_ms;
+    if (consecutive) {
+        if (!single_end) {
+            t = last; /* an unfinished segment: the next window starts at the last end */
+            seek = (ids[last - 1] - tsb) * RILL_WHISPER_TS_MS;
+        }
+    } else {
+        /* one segment: from the window's start to its last timestamp (unless that is 0), else
+         * to the window's end */
+        int32_t end = window_ms;
+        for (int32_t i = n - 1; i >= 0; i--) {
+            if (ids[i] >= tsb) {
+                end = ids[i] > tsb ? (ids[i] - tsb) * RILL_WHISPER_TS_MS : window_ms;
+                break;
+            }
+        }
+        segs[k++] = (rill_whisper_segment_t){
+            .t0_ms = 0, .t1_ms = end, .first = 0, .n_ids = n, .closed = n > 0 && ids[n - 1] >= tsb
+        };
+    }
+    if (tail != NULL) {
+        *tail = t;
+    }
+    if (seek_ms != NULL) {
+        *seek_ms = seek;
+    }
+    return k;
+}
+
+/* Appends the text of ids[0, n)'s text tokens (those below eot) to *buf at *len (growing it). */
+static rill_err_t append_text(const rill_tokenizer_t *tok, const rill_whisper_hparams_t *hp,
+                              const int32_t *ids, int32_t n, int32_t *scratch, char **buf,
+                              size_t *len, size_t *cap) {
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (ids[i] < hp->tok_eot) {
+            scratch[m++] = ids[i];
+        }
+    }
+    size_t need = 0;
+    int64_t k = rill_tokenizer_decode(tok, scratch, m, RILL_TOKENIZER_DECODE_RAW, NULL, 0, &need);
+    if (k < 0 && k != RILL_EFULL) {
+        return (rill_err_t)k;
+    }
+    if (k >= 0) {
+        need = (size_t)k;
+    }
+    if (*len + need + 1 > *cap) {
+        size_t c = (*len + need + 1) * 2;
+        char *g = rill_realloc(RILL_MEM_MODEL, *buf, c);
+        if (g == NULL) {
+            return rill__error(RILL_ENOMEM, "whisper greedy: out of memory");
+        }
+        *buf = g;
+        *cap = c;
+    }
+    k = rill_tokenizer_decode(tok, scratch, m, RILL_TOKENIZER_DECODE_RAW, *buf + *len, *cap - *len,
+                              NULL);
+    if (k < 0) {
+        return (rill_err_t)k;
+    }
+    *len += (size_t)k;
+    (*buf)[*len] = '\0';
+    return RILL_OK;
+}
+
+static bool blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* With timestamps: t's tokens into faster-whisper's segments, their texts, the tail. */
+static rill_err_t split_transcript(rill_whisper_t *w, int32_t window_ms,
+                                   rill_whisper_transcript_t *t) {
+    const int32_t cap = t->n_tokens + 1;
+    t->segments = rill_malloc(RILL_MEM_MODEL, (size_t)cap * sizeof *t->segments);
+    int32_t *scratch = rill_malloc(RILL_MEM_MODEL, (size_t)(t->n_tokens + 1) * sizeof *scratch);
+    size_t len = 0, tcap = 64;
+    t->text = rill_malloc(RILL_MEM_MODEL, tcap);
+    rill_err_t err = RILL_OK;
+    if (t->segments == NULL || scratch == NULL || t->text == NULL) {
+        err = rill__error(RILL_ENOMEM, "whisper greedy: out of memory");
+        goto done;
+    }
+    t->text[0] = '\0';
+    int32_t tail = 0, seek = 0;
+    const int32_t k = rill_whisper_segments(&w->hp, t->tokens, t->n_tokens, window_ms, t->segments,
+                                            cap, &tail, &seek);
+    if (k < 0) {
+        err = (rill_err_t)k;
+        goto done;
+    }
+    int32_t kept = 0;
+    for (int32_t s = 0; s < k; s++) {
+        rill_whisper_segment_t g = t->segments[s];
+        const size_t off = len;
+        if ((err = append_text(w->tok, &w->hp, t->tokens + g.first, g.n_ids, scratch, &t->text,
+                               &len, &tcap)) != RILL_OK) {
+            goto done;
+        }
+        /* faster-whisper yields no segment of zero length or without text */
+        if (g.t0_ms == g.t1_ms || blank(t->text + off, len - off)) {
+            len = off;
+            t->text[len] = '\0';
+            continue;
+        }
+        g.text_off = off;
+        g.text_len = len - off;
+        t->segments[kept++] = g;
+    }
+    t->n_segments = kept;
+    t->tail_first = tail;
+    t->tail_text_off = len;
+    t->seek_ms = seek;
+    err = append_text(w->tok, &w->hp, t->tokens + tail, t->n_tokens - tail, scratch, &t->text, &len,
+                      &tcap);
+    t->text_len = len;
+done:
+    rill_free(scratch);
+    return err;
 }
 
 rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *win,
@@ -781,16 +1024,30 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
     memset(out, 0, sizeof *out);
     rill_whisper_greedy_params_t p =
         params != NULL ? *params : rill_whisper_greedy_default_params();
-    if (w == NULL || win == NULL || win->w != w || !win->encoded || p.max_tokens < 0) {
+    if (w == NULL || win == NULL || win->w != w || !win->encoded || p.max_tokens < 0 ||
+        p.max_initial_ms < -1 || p.window_ms < 0 || p.window_ms > rill_whisper_n_frames(w) * 10) {
         return rill__error(RILL_EINVAL, "whisper greedy: bad argument or window not encoded");
     }
     const rill_whisper_hparams_t *hp = &w->hp;
     int32_t prompt[4];
-    const int64_t n_p = rill_whisper_prompt(w, p.language, prompt, 4);
+    int64_t n_p = rill_whisper_prompt(w, p.language, prompt, 4);
     if (n_p < 0) {
         return (rill_err_t)n_p;
     }
     int32_t limit = hp->n_text_ctx - (int32_t)n_p;
+    int32_t max_initial = -1;
+    if (p.timestamps) {
+        n_p--; /* no <|notimestamps|> */
+        /* CTranslate2's decoding length: half the context, less the prompt before its last
+         * token */
+        limit = hp->n_text_ctx / 2;
+        if (hp->n_text_ctx - ((int32_t)n_p - 1) < limit) {
+            limit = hp->n_text_ctx - ((int32_t)n_p - 1);
+        }
+        max_initial = p.max_initial_ms == 0    ? 1000 / RILL_WHISPER_TS_MS
+                      : p.max_initial_ms == -1 ? -1
+                                               : p.max_initial_ms / RILL_WHISPER_TS_MS;
+    }
     if (p.max_tokens > 0 && p.max_tokens < limit) {
         limit = p.max_tokens;
     }
@@ -814,12 +1071,16 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
     const int64_t V = hp->n_vocab;
     t.no_speech_prob = prob_of(w->glogits, V, hp->tok_no_speech);
     float *last = w->glogits + V;
+    double sum_lp = 0.0;
     for (;;) {
         if (t.n_tokens >= limit) {
             t.hit_limit = true;
             break;
         }
-        const int32_t next = rill_whisper_pick(&w->hp, last, t.n_tokens == 0);
+        const int32_t next =
+            p.timestamps ? rill_whisper_pick_timestamp(hp, last, t.tokens, t.n_tokens, max_initial)
+                         : rill_whisper_pick(&w->hp, last, t.n_tokens == 0);
+        sum_lp += log_prob_of(last, V, next);
         if (next == hp->tok_eot) {
             break;
         }
@@ -836,6 +1097,16 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
         if (err != RILL_OK) {
             goto cleanup;
         }
+    }
+    t.avg_logprob = (float)(sum_lp / (t.n_tokens + 1));
+    if (p.timestamps) {
+        err =
+            split_transcript(w, p.window_ms > 0 ? p.window_ms : rill_whisper_n_frames(w) * 10, &t);
+        if (err != RILL_OK) {
+            goto cleanup;
+        }
+        *out = t;
+        return RILL_OK;
     }
     size_t need = 0;
     int64_t n = rill_tokenizer_decode(w->tok, t.tokens, t.n_tokens, 0, NULL, 0, &need);
@@ -858,6 +1129,8 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
     }
     t.text[n] = '\0';
     t.text_len = (size_t)n;
+    t.tail_first = t.n_tokens;
+    t.tail_text_off = t.text_len;
     *out = t;
     return RILL_OK;
 cleanup:

@@ -13,22 +13,27 @@
  *   1. the window's log-mel features (rill_mel: the window's samples, zero-padded to 30 s in the
  *      feature domain as faster-whisper pads them) are encoded (rill_whisper_encode);
  *   2. greedy decode with the previous-text prompt: <|startofprev|>, the tokens of " " + the
- *      committed text that lies before the window (rill_transcript_prompt() as it was at the
- *      last trim; its last n_text_ctx / 2 - 1 tokens, as faster-whisper cuts it), then the sot
- *      sequence of rill_whisper_prompt() (no timestamps); the suppression rules of
- *      rill_whisper_greedy(); at most max_tokens tokens. Before the first trim there is no
- *      prompt. Committed words whose audio is still in the window are never in the prompt:
- *      given them, Whisper continues after them instead of transcribing the window from its
- *      start, and the hypothesis then lacks the words local agreement needs to line up (seen
- *      on LibriVox 0870: "then" was lost after "had" was committed);
+ *      committed text that lies before the window (rill_transcript_prompt_before() as it was at
+ *      the last trim; its last n_text_ctx / 2 - 1 tokens, as faster-whisper cuts it), then the
+ *      sot sequence of rill_whisper_prompt(), without <|notimestamps|> when timestamps is on;
+ *      the suppression rules of rill_whisper_greedy() and, with timestamps, Whisper's timestamp
+ *      rules (rill_whisper_pick_timestamp(), the first timestamp at most 1 s in); at most
+ *      max_tokens tokens. Before the first trim there is no prompt. Committed words whose audio
+ *      is still in the window are never in the prompt: given them, Whisper continues after them
+ *      instead of transcribing the window from its start, and the hypothesis then lacks the
+ *      words local agreement needs to line up (seen on LibriVox 0870: "then" was lost after
+ *      "had" was committed);
  *   3. when the no-speech probability (softmax at <|nospeech|> of the logits after sot) exceeds
  *      no_speech_threshold and the decode's mean log-probability is below logprob_threshold
  *      (faster-whisper's rule), the window is taken as no speech (an empty hypothesis);
- *   4. the text is one segment of unknown end (rill_whisper decodes without timestamps), handed
- *      to rill_transcript_update(), which commits what two consecutive hypotheses agree on; when
- *      it reports trim_ms, that audio is dropped from the front of the window (rill_mel_drop)
- *      and the transcript told (rill_transcript_trim). Without timestamps the transcript trims
- *      only when the window reaches max_window_ms (at its last committed word).
+ *   4. the hypothesis goes to rill_transcript_update(), which commits what two consecutive
+ *      hypotheses agree on. With timestamps it is the window's segments as faster-whisper splits
+ *      them (rill_whisper_segments(): start and end from the timestamp tokens; a segment
+ *      without a closing timestamp, and the unfinished tail after the last one, have an unknown
+ *      end); without, one segment of unknown end. When the update reports trim_ms (the end of
+ *      the last segment whose words are all committed, whisper_streaming's segment trimming; or
+ *      the forced trim once the window passes max_window_ms), that audio is dropped from the
+ *      front of the window (rill_mel_drop) and the transcript told (rill_transcript_trim).
  * Silence is not decoded. An energy detector (rill_vad, ingest/) runs over all audio fed. A
  * window in which no frame was speech is dropped unheard (all but its last keep_ms); a window
  * whose last hypothesis left nothing tentative and which got no speech since is not decoded
@@ -40,7 +45,8 @@
  * KV cache of n_text_ctx positions, token and text buffers), plus the transcript, whose committed
  * text grows unless keep_committed is false: then the recognizer drops committed text after each
  * step (rill_transcript_drop_committed) and the caller keeps what the updates hand it. With
- * keep_committed false, nothing the recognizer holds grows with the stream's length.
+ * keep_committed false, nothing the recognizer holds grows with the stream's length (tested
+ * over an hour of audio, RSS and live bytes sampled: tests/test_asr.c, ctest test_asr_hour).
  * Counted under RILL_MEM_SCHEDULER (this object, the transcript), RILL_MEM_MODEL and
  * RILL_MEM_KERNELS (what rill_whisper allocates for the window and cache).
  *
@@ -79,6 +85,10 @@ typedef struct rill_asr_params {
     bool skip_silence;         /* use the detector (default true); false: decode every step */
     bool keep_committed;       /* keep the whole committed text (default true); false: see the
                                   top (memory) */
+    bool timestamps;           /* decode with timestamps and trim at segment ends (default
+                                  false: one segment of unknown end per decode, trims at
+                                  max_window_ms only; true commits some clips twice in a stream
+                                  of speech between long silences, see docs/architecture.md) */
     rill_transcript_params_t transcript; /* max_window_ms must be <= window_ms - step_ms */
     rill_vad_params_t vad;
 } rill_asr_params_t;

@@ -29,7 +29,9 @@
  * most 30 s).
  *
  * The decoder prompt: rill_transcript_prompt() gives the tail of the committed text, cut at a
- * word boundary, which the recognizer passes as its previous-text prompt.
+ * word boundary; rill_transcript_prompt_before() the tail of the committed text that lies
+ * before the window (what the recognizer passes as its previous-text prompt: committed words
+ * whose audio is still in the window stay out of it).
  *
  * Memory: the committed text grows with the stream; rill_transcript_drop_committed() lets a
  * caller that has handed committed text on (to a session, a file) drop all but the tail the
@@ -125,7 +127,14 @@ int64_t rill_transcript_window_start(const rill_transcript_t *t);
  * word. Borrowed like rill_transcript_committed(). */
 const char *rill_transcript_prompt(const rill_transcript_t *t, size_t *len);
 
-/* Drops the committed text except what the prompt needs (rill_transcript_committed() then
+/* The prompt a recognizer should give when the window holds committed words (after a trim at a
+ * segment's end, the words committed from later segments are still in the window): the last at
+ * most prompt_bytes of the committed text that lies before the window, i.e. up to the last
+ * committed word that ends at or before the window's start (rill_transcript_trim()), starting at
+ * a word. Empty before the first trim. Borrowed like rill_transcript_committed(). */
+const char *rill_transcript_prompt_before(const rill_transcript_t *t, size_t *len);
+
+/* Drops the committed text except what the prompts need (rill_transcript_committed() then
  * returns that tail only; totals keep counting). */
 void rill_transcript_drop_committed(rill_transcript_t *t);
 

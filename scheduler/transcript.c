@@ -25,6 +25,13 @@ typedef struct word {
     int32_t seg;     /* index of its segment in the update that made it */
 } word_t;
 
+/* A committed word that may lie inside the current window: where its bytes end in the committed
+ * stream (dropped bytes counted) and when it ends. */
+typedef struct cword {
+    int64_t byte_end;
+    int64_t end_ms;
+} cword_t;
+
 typedef struct hyp {
     char *text; /* the words' bytes, back to back */
     size_t text_len, text_cap;
@@ -44,6 +51,9 @@ struct rill_transcript {
     char *tent;      /* the tentative tail, joined */
     size_t tent_len, tent_cap;
     size_t added_off; /* where this update's committed words start in com */
+    cword_t *cw;      /* committed words not yet known to lie before the window, in order */
+    int32_t n_cw, cap_cw;
+    int64_t before_end; /* committed bytes (dropped counted) that lie before the window */
 };
 
 rill_transcript_params_t rill_transcript_default_params(void) {
@@ -65,6 +75,23 @@ static bool grow_bytes(char **p, size_t *cap, size_t need) {
     }
     *p = g;
     *cap = c;
+    return true;
+}
+
+static bool grow_cwords(rill_transcript_t *t, int32_t need) {
+    if (need <= t->cap_cw) {
+        return true;
+    }
+    int32_t c = t->cap_cw < 16 ? 16 : t->cap_cw;
+    while (c < need) {
+        c *= 2;
+    }
+    cword_t *g = rill_realloc(RILL_MEM_SCHEDULER, t->cw, (size_t)c * sizeof *g);
+    if (g == NULL) {
+        return false;
+    }
+    t->cw = g;
+    t->cap_cw = c;
     return true;
 }
 
@@ -122,6 +149,7 @@ void rill_transcript_destroy(rill_transcript_t **tp) {
     rill_transcript_t *t = *tp;
     rill_free(t->com);
     rill_free(t->tent);
+    rill_free(t->cw);
     hyp_free(&t->prev);
     hyp_free(&t->cur);
     rill_free(t);
@@ -242,6 +270,7 @@ static void commit_words(rill_transcript_t *t, const hyp_t *h, int32_t b, int32_
         t->com_len += h->w[i].len;
         t->last_end_ms = h->w[i].end_ms;
         t->n_words++;
+        t->cw[t->n_cw++] = (cword_t){ t->dropped + (int64_t)t->com_len, h->w[i].end_ms };
     }
     t->com[t->com_len] = '\0';
 }
@@ -312,7 +341,7 @@ rill_err_t rill_transcript_update(rill_transcript_t *t, const rill_transcript_se
     if (!grow_words(&t->cur, nw) || !grow_bytes(&t->cur.text, &t->cur.text_cap, bytes + 1) ||
         !grow_words(&t->prev, nw) || !grow_bytes(&t->prev.text, &t->prev.text_cap, bytes + 1) ||
         !grow_bytes(&t->com, &t->com_cap, t->com_len + joined + 1) ||
-        !grow_bytes(&t->tent, &t->tent_cap, joined + 1)) {
+        !grow_bytes(&t->tent, &t->tent_cap, joined + 1) || !grow_cwords(t, t->n_cw + nw)) {
         return RILL_ENOMEM;
     }
     split(t, segs, n_segs, window_ms);
@@ -334,15 +363,17 @@ rill_err_t rill_transcript_update(rill_transcript_t *t, const rill_transcript_se
     t->added_off = t->com_len;
     commit_words(t, h, i, i + p);
     int32_t done = i + p; /* cur's words [0, done) are committed (now or before) */
-    /* 3. what audio is no longer needed: the end of the last segment wholly committed */
+    /* 3. what audio is no longer needed: the end of the last segment wholly committed that is
+     * not the hypothesis' last (a segment that ends where the window ends may end there only
+     * because the audio does: whisper_streaming's rule too) */
     int64_t trim_ms = -1;
-    for (int32_t s = 0; s < n_segs; s++) {
+    for (int32_t s = 0; s + 1 < n_segs; s++) {
         int32_t last = -1; /* its last word */
         for (int32_t k = 0; k < h->n; k++) {
             last = h->w[k].seg == s ? k : last;
         }
-        if (last >= 0 && last < done && segs[s].t1_ms >= 0) {
-            trim_ms = t->window_start + segs[s].t1_ms;
+        if (last >= 0 && last < done && segs[s].t1_ms > 0) {
+            trim_ms = t->window_start + segs[s].t1_ms; /* always past the window's start */
         }
     }
     int32_t forced = 0;
@@ -366,6 +397,14 @@ rill_err_t rill_transcript_trim(rill_transcript_t *t, int64_t start_ms) {
         return RILL_EINVAL;
     }
     t->window_start = start_ms;
+    /* the committed words that end by the new start are before the window now */
+    int32_t k = 0;
+    while (k < t->n_cw && t->cw[k].end_ms <= start_ms) {
+        t->before_end = t->cw[k].byte_end;
+        k++;
+    }
+    memmove(t->cw, t->cw + k, (size_t)(t->n_cw - k) * sizeof *t->cw);
+    t->n_cw -= k;
     return RILL_OK;
 }
 
@@ -373,7 +412,8 @@ rill_err_t rill_transcript_finish(rill_transcript_t *t, rill_transcript_update_t
     if (t == NULL) {
         return RILL_EINVAL;
     }
-    if (!grow_bytes(&t->com, &t->com_cap, t->com_len + t->prev.text_len + (size_t)t->prev.n + 1)) {
+    if (!grow_bytes(&t->com, &t->com_cap, t->com_len + t->prev.text_len + (size_t)t->prev.n + 1) ||
+        !grow_cwords(t, t->n_cw + t->prev.n)) {
         return RILL_ENOMEM;
     }
     t->added_off = t->com_len;
@@ -413,32 +453,49 @@ int64_t rill_transcript_window_start(const rill_transcript_t *t) {
     return t->window_start;
 }
 
-/* Where the prompt starts in com: the first word within the last prompt_bytes. */
-static size_t prompt_start(const rill_transcript_t *t) {
-    if (t->com_len <= t->prm.prompt_bytes) {
+/* Where a prompt ending at com[end] starts: the first word within its last prompt_bytes. */
+static size_t prompt_start(const rill_transcript_t *t, size_t end) {
+    if (end <= t->prm.prompt_bytes) {
         size_t b = 0;
-        while (b < t->com_len && t->com[b] == ' ') {
+        while (b < end && t->com[b] == ' ') {
             b++;
         }
         return b;
     }
-    size_t b = t->com_len - t->prm.prompt_bytes;
-    while (b < t->com_len && t->com[b - 1] != ' ') {
+    size_t b = end - t->prm.prompt_bytes;
+    while (b < end && t->com[b - 1] != ' ') {
         b++; /* inside a word: on to the next one */
     }
     return b;
 }
 
+/* Where the committed text before the window ends in com. */
+static size_t before_end(const rill_transcript_t *t) {
+    const int64_t e = t->before_end - t->dropped;
+    return e <= 0 ? 0 : (size_t)e;
+}
+
 const char *rill_transcript_prompt(const rill_transcript_t *t, size_t *len) {
-    size_t b = prompt_start(t);
+    size_t b = prompt_start(t, t->com_len);
     if (len != NULL) {
         *len = t->com_len - b;
     }
     return t->com + b;
 }
 
+const char *rill_transcript_prompt_before(const rill_transcript_t *t, size_t *len) {
+    const size_t e = before_end(t);
+    size_t b = prompt_start(t, e);
+    if (len != NULL) {
+        *len = e - b;
+    }
+    return t->com + b;
+}
+
 void rill_transcript_drop_committed(rill_transcript_t *t) {
-    size_t b = prompt_start(t);
+    /* both prompts must survive: the one before the window starts no later */
+    const size_t b0 = prompt_start(t, t->com_len), b1 = prompt_start(t, before_end(t));
+    const size_t b = b0 < b1 ? b0 : b1;
     if (b == 0) {
         return;
     }

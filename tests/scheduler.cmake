@@ -25,3 +25,12 @@ rill_test(test_endpoint SOURCES test_endpoint.c LIBS rill_scheduler LABELS unit 
 # The simultaneous translation session (scheduler/rill_translate.h) on the tiny qwen2 model:
 # policies' emission rules, nothing taken back, exact revisions, bounded memory, failures.
 rill_test(test_translate SOURCES test_translate.c LIBS rill_scheduler LABELS unit TIMEOUT 600)
+# The issue's memory test: an hour of speech and noise through the recognizer, RSS and core's
+# live bytes sampled every minute (the same binary, RILL_TEST_ASR_HOUR selects that test). A few
+# minutes in a release build; not registered in sanitizer builds (RSS there is the sanitizer's,
+# and it would take far longer than the suite's budget).
+if(RILL_SANITIZE STREQUAL "")
+    add_test(NAME test_asr_hour COMMAND test_asr)
+    set_tests_properties(test_asr_hour PROPERTIES TIMEOUT 1200 LABELS "integration;slow"
+                         ENVIRONMENT "CK_FORK=no;RILL_TEST_ASR_HOUR=1" SKIP_RETURN_CODE 77)
+endif()

@@ -14,6 +14,8 @@
  * Exits 77 without models/whisper-tiny.en.gguf (RILL_TEST_WHISPER_DIR overrides the folder);
  * the LibriVox clip part skips without pocketsphinx-testdata.
  */
+#include <unistd.h>
+
 #include "rill_alloc.h"
 #include "rill_asr.h"
 #include "rill_audio.h"
@@ -193,7 +195,7 @@ static void finish(rill_asr_t *a, run_t *r, bool keep) {
     ck_assert_uint_eq(rill_transcript_tentative(rill_asr_transcript(a), NULL)[0], '\0');
 }
 
-static void check_clip(const char *clip, const char *path) {
+static void check_clip(const char *clip, const char *path, bool timestamps) {
     int64_t n = 0;
     float *x = read_clip(path, &n);
     char want[4096];
@@ -203,15 +205,18 @@ static void check_clip(const char *clip, const char *path) {
         return;
     }
     rill_asr_t *a = NULL;
-    ck_assert_int_eq(rill_asr_new(g_w, g_model, NULL, &a), RILL_OK);
+    rill_asr_params_t p = rill_asr_default_params();
+    p.timestamps = timestamps;
+    ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
     run_t r = { 0 };
     stream(a, x, n, &r, true);
     finish(a, &r, true);
     const rill_asr_stats_t st = rill_asr_stats(a);
     const int e = word_edits(r.text, want);
-    printf("%s: streamed \"%s\" (%lld decodes, %d updates); offline reference \"%s\"; %d word "
+    printf("%s%s: streamed \"%s\" (%lld decodes, %d updates); offline reference \"%s\"; %d word "
            "edits\n",
-           clip, r.text, (long long)st.decodes, r.updates, want, e);
+           clip, timestamps ? "" : " (no timestamps)", r.text, (long long)st.decodes, r.updates,
+           want, e);
     ck_assert_int_le(e, 1);
     /* it streamed: one decode per second of audio, at least two */
     ck_assert_int_ge(st.decodes, 2);
@@ -224,8 +229,9 @@ static void check_clip(const char *clip, const char *path) {
 }
 
 START_TEST(streamed_transcripts_match_the_offline_reference) {
-    check_clip("birch", BIRCH);
-    check_clip("lv0880", LV0880);
+    check_clip("birch", BIRCH, true);
+    check_clip("lv0880", LV0880, true);
+    check_clip("birch", BIRCH, false); /* the default path */
 }
 END_TEST
 
@@ -289,10 +295,106 @@ START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
     ck_assert_int_le(st.max_window_samples, 10 * 16000);
     /* and every clip was transcribed */
     ck_assert_int_ge(count_of(r.text, "smooth"), CYCLES - 1);
+    ck_assert_int_le(count_of(r.text, "smooth"), CYCLES); /* and none twice */
     rill_asr_destroy(&a);
     free(r.text);
     free(sil);
     free(clip);
+}
+END_TEST
+
+/* Resident set size now, bytes (/proc/self/statm's second field), or -1 where there is none. */
+static int64_t rss_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f == NULL) {
+        return -1;
+    }
+    long long size = 0, res = 0;
+    const int k = fscanf(f, "%lld %lld", &size, &res);
+    fclose(f);
+    return k == 2 ? res * (int64_t)sysconf(_SC_PAGESIZE) : -1;
+}
+
+/* Streams noise for n samples in CHUNK pieces, generated as it goes (an hour is not held). */
+static void stream_noise(rill_asr_t *a, int64_t n, run_t *r, rill_rand_t *rng) {
+    float buf[CHUNK];
+    rill_asr_update_t u;
+    for (int64_t i = 0; i < n; i += CHUNK) {
+        const int64_t k = n - i < CHUNK ? n - i : CHUNK;
+        noise(buf, k, rng);
+        while (rill_asr_ready(a) || rill_asr_room(a) < k) {
+            const rill_err_t e = rill_asr_step(a, &u);
+            ck_assert_msg(e == RILL_OK, "step: %s", rill_last_error(e));
+            take(r, a, &u, false);
+        }
+        ck_assert_int_eq(rill_asr_feed(a, buf, k), RILL_OK);
+    }
+}
+
+/* The issue's memory test: an hour of audio (speech clips between stretches of room noise, so
+ * that the detector skips most of it), fed as fast as the recognizer takes it; the process's RSS
+ * and core's live bytes are sampled after every minute. Warm-up: the first 15 minutes. RSS grows
+ * while the previous-text prompt does (each prompt token touches fresh pages of the decoder's KV
+ * cache and scratch, about 27 KB a token for tiny.en), until the prompt reaches prompt_bytes
+ * (600 bytes, about 13 minutes of this stream: measured +0.35 MiB a minute until then, then
+ * 297.40, 297.45, 297.45 MB after 14, 15, 16 minutes); the
+ * allocator's buffers reach their size sooner. After it: live bytes may not grow by more than
+ * 4 KiB, RSS by more than 4 MiB (a leak of one decode's buffers per minute would be tens of MiB by
+ * the end). Release build only (ctest test_asr_hour; under ASan RSS measures the sanitizer's
+ * quarantine, and it takes too long). */
+START_TEST(an_hour_of_audio_keeps_memory_flat) {
+    int64_t nb = 0, nl = 0;
+    float *birch = read_clip(BIRCH, &nb), *lv = read_clip(LV0880, &nl);
+    ck_assert_ptr_nonnull(birch);
+    enum { MINUTES = 60, WARM = 15 };
+    rill_asr_params_t p = rill_asr_default_params();
+    p.keep_committed = false;
+    rill_asr_t *a = NULL;
+    ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
+    run_t r = { 0 };
+    rill_rand_t *rng = test_rng();
+    int64_t rss[MINUTES + 1], live[MINUTES + 1];
+    const uint64_t t0 = rill_now_ns();
+    for (int m = 0; m < MINUTES; m++) {
+        /* a minute: the clip (LibriVox's every other minute when present), then noise */
+        const bool use_lv = lv != NULL && m % 2 == 1;
+        const float *clip = use_lv ? lv : birch;
+        const int64_t nc = use_lv ? nl : nb;
+        stream(a, clip, nc, &r, false);
+        stream_noise(a, 60 * 16000 - nc, &r, rng);
+        rss[m] = rss_bytes();
+        live[m] = live_bytes();
+    }
+    stream_noise(a, 3 * 16000, &r, rng);
+    finish(a, &r, false);
+    const double wall = (double)(rill_now_ns() - t0) * 1e-9;
+    const rill_asr_stats_t st = rill_asr_stats(a);
+    int64_t rss_max = 0, live_max = 0;
+    for (int m = WARM; m < MINUTES; m++) {
+        rss_max = rss[m] > rss_max ? rss[m] : rss_max;
+        live_max = live[m] > live_max ? live[m] : live_max;
+    }
+    printf("an hour (%.1f min of audio) in %.1f s: %lld decodes, %lld + %lld steps skipped; RSS "
+           "%.1f MiB after %d min, at most %.1f MiB after, %.1f MiB at the end; live bytes %lld "
+           "after %d min, at most %lld after; \"smooth\" %d times, \"young\" %d times\n",
+           (double)st.samples_fed / 16000 / 60, wall, (long long)st.decodes,
+           (long long)st.skipped_silence, (long long)st.skipped_settled,
+           (double)rss[WARM - 1] / (1 << 20), WARM, (double)rss_max / (1 << 20),
+           (double)rss[MINUTES - 1] / (1 << 20), (long long)live[WARM - 1], WARM,
+           (long long)live_max, count_of(r.text, "smooth"), count_of(r.text, "young"));
+    ck_assert_double_ge((double)st.samples_fed / 16000, 3600.0);
+    ck_assert_int_le(live_max, live[WARM - 1] + 4096);
+    if (rss[0] > 0) {
+        ck_assert_int_le(rss_max, rss[WARM - 1] + (4 << 20));
+    }
+    /* the hour was heard: (nearly) every clip, and most of it skipped undecoded */
+    ck_assert_int_ge(count_of(r.text, "smooth") + count_of(r.text, "young"), MINUTES - 3);
+    ck_assert_int_le(st.decodes, MINUTES * 10);
+    ck_assert_int_ge(st.skipped_silence + st.skipped_settled, MINUTES * 40);
+    rill_asr_destroy(&a);
+    free(r.text);
+    free(birch);
+    free(lv);
 }
 END_TEST
 
@@ -301,6 +403,7 @@ START_TEST(continuous_speech_is_trimmed_at_the_window_limit) {
     float *clip = read_clip(BIRCH, &nc);
     ck_assert_ptr_nonnull(clip);
     rill_asr_params_t p = rill_asr_default_params();
+    p.timestamps = true; /* segment trims where the decode gives them, else forced */
     p.step_ms = 2000;
     p.transcript.max_window_ms = 12000;
     rill_asr_t *a = NULL;
@@ -441,6 +544,12 @@ static Suite *asr_suite(void) {
     Suite *s = suite_create("asr");
     TCase *tc = tcase_create("asr");
     tcase_set_timeout(tc, 900);
+    if (getenv("RILL_TEST_ASR_HOUR") != NULL) {
+        /* ctest test_asr_hour (release builds only) */
+        tcase_add_test(tc, an_hour_of_audio_keeps_memory_flat);
+        suite_add_tcase(s, tc);
+        return s;
+    }
     tcase_add_test(tc, streamed_transcripts_match_the_offline_reference);
     tcase_add_test(tc, bad_input_is_refused_and_changes_nothing);
     tcase_add_test(tc, failed_allocations_leak_nothing);

@@ -149,7 +149,15 @@ START_TEST(windows_trim_at_committed_segments) {
     ck_assert_int_eq(rill_transcript_update(t, b, 2, 2600, &u), RILL_OK);
     ck_text(u.committed, u.committed_len, "first sentence. second one");
     ck_assert_int_eq(u.trim_ms, 1200); /* the first segment is wholly committed */
+    size_t pn;
+    rill_transcript_prompt_before(t, &pn);
+    ck_assert_uint_eq(pn, 0); /* nothing lies before the window yet */
     ck_assert_int_eq(rill_transcript_trim(t, 1200), RILL_OK);
+    /* "second one" is committed but its audio is still in the window: not in that prompt */
+    const char *pb = rill_transcript_prompt_before(t, &pn);
+    ck_text(pb, pn, "first sentence.");
+    pb = rill_transcript_prompt(t, &pn);
+    ck_text(pb, pn, "first sentence. second one");
     ck_assert_int_eq(rill_transcript_window_start(t), 1200);
     ck_assert_int_eq(rill_transcript_trim(t, 1000), RILL_EINVAL); /* before the window */
     /* the new window (from 1200 ms) hears "second one is here"; "is" agrees with before */
@@ -160,6 +168,17 @@ START_TEST(windows_trim_at_committed_segments) {
     size_t n;
     const char *s = rill_transcript_committed(t, &n);
     ck_text(s, n, "first sentence. second one is");
+    /* a wholly committed segment that is the hypothesis' last is no trim point (it may end only
+     * because the window does); with a segment after it, it is */
+    ck_assert_int_eq(rill_transcript_update(t, c, 1, 1900, &u), RILL_OK);
+    ck_text(u.committed, u.committed_len, " here");
+    ck_assert_int_eq(u.trim_ms, -1);
+    rill_transcript_seg_t d[2] = { seg("second one is here", 0, 1800), seg("and more", 1800, -1) };
+    ck_assert_int_eq(rill_transcript_update(t, d, 2, 2500, &u), RILL_OK);
+    ck_assert_int_eq(u.trim_ms, 1200 + 1800);
+    ck_assert_int_eq(rill_transcript_trim(t, 3000), RILL_OK);
+    pb = rill_transcript_prompt_before(t, &pn);
+    ck_text(pb, pn, "first sentence. second one is here");
     rill_transcript_destroy(&t);
 }
 END_TEST
@@ -242,7 +261,22 @@ START_TEST(an_hour_stays_bounded_and_whole) {
         const char *pr = rill_transcript_prompt(t, &pn);
         ck_assert_uint_le(pn, 40);
         ck_assert(pn == 0 || pr[0] == 'w');
-        ck_assert_uint_le(strlen(rill_transcript_committed(t, NULL)), 40);
+        /* the prompt before the window ends with the last word of the trimmed sentence */
+        size_t bn;
+        const char *bp = rill_transcript_prompt_before(t, &bn);
+        ck_assert_uint_le(bn, 40);
+        if (ws == 0) {
+            ck_assert_uint_eq(bn, 0);
+        } else {
+            ck_assert(bn > 0 && bp[0] == 'w');
+            const char *lw = bp + bn;
+            while (lw > bp && lw[-1] != 'w') {
+                lw--;
+            }
+            ck_assert_int_eq(strtol(lw, NULL, 10) + 1, ws / 1000);
+        }
+        /* kept: that prompt and the committed words still in the window (under 3 sentences) */
+        ck_assert_uint_le(strlen(rill_transcript_committed(t, NULL)), 40 + 3 * PER_SENTENCE * 6);
     }
     rill_transcript_update_t u;
     ck_assert_int_eq(rill_transcript_finish(t, &u), RILL_OK);

@@ -747,6 +747,388 @@ START_TEST(test_wav_end_to_end) {
 }
 END_TEST
 
+/* ---- timestamps ---- */
+
+#define LIBRIVOX "/usr/share/pocketsphinx/test/data/librivox/sense_and_sensibility_01_austen_64kb-"
+
+/* A clip of timestamps.tsv as samples (malloc'd), or NULL when a WAV is absent: lvall is the five
+ * LibriVox clips in order, each followed by 2 s of zeros (tools/ref_whisper.py's samples_of). */
+static float *ts_clip(const char *clip, int64_t *n) {
+    static const char *const lv[] = { "0870", "0880", "0890", "0920", "0930" };
+    char path[256];
+    if (strcmp(clip, "birch") == 0) {
+        return read_wav(RILL_SOURCE_DIR "/tests/data/audio/birch_canoe_espeak.wav", n);
+    }
+    if (strcmp(clip, "lvall") != 0) {
+        snprintf(path, sizeof path, LIBRIVOX "%s.wav", clip + 2);
+        return read_wav(path, n);
+    }
+    float *all = NULL;
+    *n = 0;
+    for (int i = 0; i < 5; i++) {
+        int64_t k = 0;
+        snprintf(path, sizeof path, LIBRIVOX "%s.wav", lv[i]);
+        float *x = read_wav(path, &k);
+        if (x == NULL) {
+            free(all);
+            return NULL;
+        }
+        all = realloc(all, (size_t)(*n + k + 32000) * sizeof *all);
+        ck_assert_ptr_nonnull(all);
+        memcpy(all + *n, x, (size_t)k * sizeof *x);
+        memset(all + *n + k, 0, 32000 * sizeof *all);
+        *n += k + 32000;
+        free(x);
+    }
+    return all;
+}
+
+static int parse_ids(char **p, int32_t *ids, int cap) {
+    int n = 0;
+    while (**p != '\t' && **p != '\0') {
+        ck_assert_int_lt(n, cap);
+        ids[n++] = (int32_t)strtol(*p, p, 10);
+        *p += **p == ',';
+    }
+    return n;
+}
+
+static void parse_hex(const char *p, char *out, size_t cap) {
+    size_t k = 0;
+    for (; p[0] != '\0' && p[1] != '\0' && p[0] != '\t' && k + 1 < cap; p += 2) {
+        unsigned v;
+        ck_assert_int_eq(sscanf(p, "%2x", &v), 1);
+        out[k++] = (char)v;
+    }
+    out[k] = '\0';
+}
+
+/* One clip: the first window's ids against CTranslate2's (W row), then faster-whisper's whole
+ * transcribe loop (seek, windows, no-speech skip) against its segments (S rows). */
+static int check_timestamps(rig_t *r, const char *clip, char *tsv, const char *tsv_end) {
+    int64_t n = 0;
+    float *x = ts_clip(clip, &n);
+    if (x == NULL) {
+        printf("SKIP part: %s's audio is absent\n", clip);
+        return 0;
+    }
+    const rill_whisper_hparams_t *hp = rill_whisper_hparams(r->w);
+    const rill_whisper_weights_t *ww = rill_model_whisper_weights(r->m);
+    const int32_t nf = rill_whisper_n_frames(r->w);
+    rill_mel_t *fe = NULL;
+    ck_assert_int_eq(rill_mel_new(ww->mel_filters.data, hp->n_mels, n, &fe), RILL_OK);
+    ck_assert_int_eq(rill_mel_append(fe, x, n), RILL_OK);
+    float *mel = malloc((size_t)hp->n_mels * (size_t)nf * sizeof *mel);
+    ck_assert_ptr_nonnull(mel);
+    rill_whisper_window_t *win = NULL;
+    ck_assert_int_eq(rill_whisper_window_new(r->w, &win), RILL_OK);
+    const int64_t content = n / RILL_MEL_HOP;
+    int64_t seek = 0;
+    int windows = 0, total_segs = 0;
+    bool found_w = false;
+    static int32_t want[448];
+    static char text[4096];
+    while (seek < content) {
+        const int64_t size = content - seek < nf ? content - seek : nf;
+        memset(mel, 0, (size_t)hp->n_mels * (size_t)nf * sizeof *mel);
+        ck_assert_int_eq(rill_mel_features(fe, seek, size, mel, nf), RILL_OK);
+        ck_assert_int_eq(rill_whisper_encode(r->w, mel, nf, win), RILL_OK);
+        rill_whisper_greedy_params_t gp = rill_whisper_greedy_default_params();
+        gp.timestamps = true;
+        gp.window_ms = (int32_t)size * 10;
+        rill_whisper_transcript_t t;
+        ck_assert_int_eq(rill_whisper_greedy(r->w, win, &gp, &t), RILL_OK);
+        for (char *q = tsv; windows == 0 && q < tsv_end; q += strlen(q) + 1) {
+            char m[64], c[64];
+            int off = 0;
+            if (q[0] != 'W' || sscanf(q, "W\t%63[^\t]\t%63[^\t]\t%n", m, c, &off) != 2 ||
+                strcmp(m, "whisper-tiny.en") != 0 || strcmp(c, clip) != 0) {
+                continue;
+            }
+            char *p = q + off;
+            const int k = parse_ids(&p, want, 448);
+            ck_assert_msg(k == t.n_tokens, "%s window 0: %d ids, CTranslate2 %d", clip, t.n_tokens,
+                          k);
+            for (int i = 0; i < k; i++) {
+                ck_assert_msg(t.tokens[i] == want[i], "%s window 0: id %d is %d, not %d", clip, i,
+                              t.tokens[i], want[i]);
+            }
+            ck_assert(!t.hit_limit);
+            ck_assert_double_eq_tol(t.no_speech_prob, strtod(p + 1, NULL), 1e-4);
+            found_w = true;
+        }
+        ck_assert_msg(windows > 0 || found_w, "%s: no W row in timestamps.tsv", clip);
+        /* compare this window's segments with the rows of its seek (re-scanned) */
+        int j = 0;
+        for (char *q = tsv; q < tsv_end; q += strlen(q) + 1) {
+            char kind[4], m[64], c[64];
+            int off = 0, sk = 0, t0 = 0, t1 = 0;
+            if (q[0] != 'S' ||
+                sscanf(q, "%3[^\t]\t%63[^\t]\t%63[^\t]\t%n", kind, m, c, &off) != 3 ||
+                strcmp(m, "whisper-tiny.en") != 0 || strcmp(c, clip) != 0) {
+                continue;
+            }
+            char *p = q + off;
+            ck_assert_int_eq(sscanf(p, "%d\t%d\t%d\t%n", &sk, &t0, &t1, &off), 3);
+            if (sk != seek) {
+                continue;
+            }
+            p += off;
+            const int k = parse_ids(&p, want, 448);
+            parse_hex(p + 1, text, sizeof text);
+            ck_assert_msg(j < t.n_segments, "%s seek %lld: rill has %d segments, more expected",
+                          clip, (long long)seek, t.n_segments);
+            const rill_whisper_segment_t *g = &t.segments[j++];
+            const int64_t off_ms = seek * 10;
+            printf("%s [%lld %.2f-%.2f] '%.*s'\n", clip, (long long)seek,
+                   (double)(off_ms + g->t0_ms) / 1000, (double)(off_ms + g->t1_ms) / 1000,
+                   (int)g->text_len, t.text + g->text_off);
+            ck_assert_msg(off_ms + g->t0_ms == t0 && off_ms + g->t1_ms == t1,
+                          "%s segment %d: %lld-%lld ms, faster-whisper %d-%d", clip, j - 1,
+                          (long long)(off_ms + g->t0_ms), (long long)(off_ms + g->t1_ms), t0, t1);
+            ck_assert_int_eq(g->n_ids, k);
+            for (int i = 0; i < k; i++) {
+                ck_assert_int_eq(t.tokens[g->first + i], want[i]);
+            }
+            ck_assert_msg(g->text_len == strlen(text) &&
+                              memcmp(t.text + g->text_off, text, g->text_len) == 0,
+                          "%s segment %d: '%.*s', faster-whisper '%s'", clip, j - 1,
+                          (int)g->text_len, t.text + g->text_off, text);
+        }
+        ck_assert_msg(j == t.n_segments, "%s seek %lld: rill has %d segments, faster-whisper %d",
+                      clip, (long long)seek, t.n_segments, j);
+        windows++;
+        total_segs += j;
+        /* faster-whisper's no-speech skip, then its seek */
+        if (t.no_speech_prob > 0.6f && !(t.avg_logprob > -1.0f)) {
+            seek += size;
+        } else {
+            seek += t.seek_ms / 10;
+        }
+        rill_whisper_transcript_deinit(&t);
+    }
+    rill_whisper_window_destroy(&win);
+    rill_mel_destroy(&fe);
+    free(mel);
+    free(x);
+    printf("%s: %d windows, %d segments as faster-whisper's\n", clip, windows, total_segs);
+    return windows;
+}
+
+/* The split on hand-made id sequences: every branch of faster-whisper's rule. */
+START_TEST(test_segments_split) {
+    rig_t r = rig_open(true);
+    const rill_whisper_hparams_t *hp = rill_whisper_hparams(r.w);
+    const int32_t T = hp->tok_timestamp_begin;
+    rill_whisper_segment_t sg[8];
+    int32_t tail = -1, seek = -1;
+    /* two closed segments, ended by a lone timestamp: nothing unfinished */
+    const int32_t a[] = { T, 100, 101, T + 50, T + 50, 102, T + 100 };
+    ck_assert_int_eq(rill_whisper_segments(hp, a, 7, 12340, sg, 8, &tail, &seek), 2);
+    ck_assert_int_eq(sg[0].t0_ms, 0);
+    ck_assert_int_eq(sg[0].t1_ms, 1000);
+    ck_assert_int_eq(sg[0].first, 0);
+    ck_assert_int_eq(sg[0].n_ids, 4);
+    ck_assert_int_eq(sg[1].t0_ms, 1000);
+    ck_assert_int_eq(sg[1].t1_ms, 2000);
+    ck_assert_int_eq(sg[1].first, 4);
+    ck_assert_int_eq(sg[1].n_ids, 3);
+    ck_assert(sg[0].closed && sg[1].closed);
+    ck_assert_int_eq(tail, 7);
+    ck_assert_int_eq(seek, 12340);
+    /* a pair, then an unfinished segment: the next window starts at the pair */
+    const int32_t b[] = { T, 100, T + 50, T + 50, 102, 103 };
+    ck_assert_int_eq(rill_whisper_segments(hp, b, 6, 12340, sg, 8, &tail, &seek), 1);
+    ck_assert_int_eq(sg[0].t1_ms, 1000);
+    ck_assert_int_eq(sg[0].n_ids, 3);
+    ck_assert_int_eq(tail, 3);
+    ck_assert_int_eq(seek, 1000);
+    /* no pair: one segment from 0 to the last timestamp (faster-whisper's rule, even when that
+     * is its opening one) */
+    const int32_t c[] = { T + 25, 100, 101 };
+    ck_assert_int_eq(rill_whisper_segments(hp, c, 3, 12340, sg, 8, &tail, &seek), 1);
+    ck_assert_int_eq(sg[0].t0_ms, 0);
+    ck_assert_int_eq(sg[0].t1_ms, 500);
+    ck_assert(!sg[0].closed);
+    ck_assert_int_eq(tail, 3);
+    ck_assert_int_eq(seek, 12340);
+    const int32_t d[] = { T + 25, 100, T + 75 };
+    ck_assert_int_eq(rill_whisper_segments(hp, d, 3, 12340, sg, 8, NULL, NULL), 1);
+    ck_assert_int_eq(sg[0].t1_ms, 1500);
+    ck_assert(sg[0].closed);
+    /* only <|0.00|>, or nothing: to the window's end */
+    const int32_t e[] = { T, 100 };
+    ck_assert_int_eq(rill_whisper_segments(hp, e, 2, 12340, sg, 8, NULL, NULL), 1);
+    ck_assert_int_eq(sg[0].t1_ms, 12340);
+    ck_assert_int_eq(rill_whisper_segments(hp, NULL, 0, 777, sg, 1, &tail, &seek), 1);
+    ck_assert_int_eq(sg[0].n_ids, 0);
+    ck_assert_int_eq(sg[0].t1_ms, 777);
+    ck_assert_int_eq(tail, 0);
+    /* bad arguments, and more segments than room */
+    ck_assert_int_eq(rill_whisper_segments(NULL, a, 7, 0, sg, 8, NULL, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_whisper_segments(hp, NULL, 3, 0, sg, 8, NULL, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_whisper_segments(hp, a, -1, 0, sg, 8, NULL, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_whisper_segments(hp, a, 7, -1, sg, 8, NULL, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_whisper_segments(hp, a, 7, 0, sg, 0, NULL, NULL), RILL_EINVAL);
+    ck_assert_int_eq(rill_whisper_segments(hp, a, 7, 0, sg, 1, NULL, NULL), RILL_EFULL);
+    const int32_t f[] = { T, T + 1, T + 2, T + 3 };
+    ck_assert_int_eq(rill_whisper_segments(hp, f, 4, 0, sg, 4, NULL, NULL), 3);
+    rig_close(&r);
+}
+END_TEST
+
+/* The timestamp rules one by one, on made-up logits (every logit -10 unless set). */
+START_TEST(test_timestamp_rules) {
+    rig_t r = rig_open(true);
+    const rill_whisper_hparams_t *hp = rill_whisper_hparams(r.w);
+    const int32_t T = hp->tok_timestamp_begin, V = hp->n_vocab, eot = hp->tok_eot;
+    float *l = malloc((size_t)V * sizeof *l);
+    ck_assert_ptr_nonnull(l);
+#define RESET()                          \
+    for (int32_t i_ = 0; i_ < V; i_++) { \
+        l[i_] = -10.0f;                  \
+    }
+    /* first token: a timestamp no later than max_initial; never <|notimestamps|> */
+    RESET();
+    l[100] = 20;
+    l[T + 60] = 10;
+    l[T + 3] = 5;
+    l[hp->tok_no_timestamps] = 40;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, NULL, 0, 50), T + 3);
+    RESET();
+    l[T + 60] = 10;
+    l[T + 3] = 5;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, NULL, 0, -1), T + 60);
+    /* after text: text wins unless the timestamps' mass beats it; never an earlier timestamp */
+    const int32_t g1[] = { T + 3, 100 };
+    RESET();
+    l[200] = 5;
+    l[T + 1] = 30;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g1, 2, 50), 200);
+    RESET();
+    l[200] = 5;
+    for (int i = 10; i < 20; i++) {
+        l[T + i] = 4; /* each below the text token, together above it: log(10) + 4 > 5 */
+    }
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g1, 2, 50), T + 10);
+    RESET();
+    l[200] = 5;
+    for (int i = 10; i < 12; i++) {
+        l[T + i] = 4; /* log(2) + 4 < 5 */
+    }
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g1, 2, 50), 200);
+    /* after text then a timestamp: a timestamp (not earlier) or eot, never text */
+    const int32_t g2[] = { T + 3, 100, T + 10 };
+    RESET();
+    l[200] = 50;
+    l[T + 5] = 40;
+    l[T + 20] = 2;
+    l[eot] = 1;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g2, 3, 50), T + 20);
+    RESET();
+    l[200] = 50;
+    l[eot] = 3;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g2, 3, 50), eot);
+    /* after a pair (or the first timestamp): text or eot */
+    const int32_t g3[] = { T + 3, 100, T + 10, T + 10 };
+    RESET();
+    l[200] = 1;
+    l[T + 30] = 50;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g3, 4, 50), 200);
+    RESET();
+    l[200] = 1;
+    l[T + 30] = 50;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g3, 1, 50), 200);
+    /* the ordinary suppression still holds */
+    RESET();
+    l[hp->tok_sot] = 50;
+    l[hp->suppress[0]] = 49;
+    l[200] = 1;
+    ck_assert_int_eq(rill_whisper_pick_timestamp(hp, l, g3, 4, 50), 200);
+#undef RESET
+    free(l);
+    rig_close(&r);
+}
+END_TEST
+
+/* Timestamp decoding's bad arguments and failed allocations (out zeroed, nothing leaked). */
+START_TEST(test_timestamps_failures) {
+    rig_t r = rig_open(true);
+    rill_whisper_window_t *win = encode_clip(&r, "birch");
+    if (win == NULL) {
+        rig_close(&r);
+        return;
+    }
+    rill_whisper_greedy_params_t gp = rill_whisper_greedy_default_params();
+    gp.timestamps = true;
+    rill_whisper_transcript_t t;
+    gp.max_initial_ms = -2;
+    ck_assert_int_eq(rill_whisper_greedy(r.w, win, &gp, &t), RILL_EINVAL);
+    gp.max_initial_ms = 0;
+    gp.window_ms = 30001;
+    ck_assert_int_eq(rill_whisper_greedy(r.w, win, &gp, &t), RILL_EINVAL);
+    gp.window_ms = -1;
+    ck_assert_int_eq(rill_whisper_greedy(r.w, win, &gp, &t), RILL_EINVAL);
+    ck_assert_ptr_null(t.segments);
+    gp.window_ms = 2990;
+    const int64_t before = live(), c0 = rill_mem_calls();
+    ck_assert_int_eq(rill_whisper_greedy(r.w, win, &gp, &t), RILL_OK);
+    const int64_t points = rill_mem_calls() - c0;
+    ck_assert_int_eq(t.n_segments, 1);
+    ck_assert_int_eq(t.segments[0].t1_ms, 2560);
+    ck_assert_int_eq(t.tail_first, t.n_tokens);
+    ck_assert_int_eq(t.seek_ms, 2990);
+    /* a confident transcript: the mean log-probability is negative and well above -1 */
+    ck_assert(t.avg_logprob < 0.0f && t.avg_logprob > -1.0f);
+    rill_whisper_transcript_deinit(&t);
+    ck_assert_int_eq(live(), before);
+    ck_assert_int_ge(points, 4);
+    for (int64_t k = 1; k <= points; k++) {
+        rill_mem_fail_nth(k);
+        rill_err_t e = rill_whisper_greedy(r.w, win, &gp, &t);
+        rill_mem_fail_nth(0);
+        ck_assert_int_eq(e, RILL_ENOMEM);
+        ck_assert_ptr_null(t.tokens);
+        ck_assert_ptr_null(t.segments);
+        ck_assert_ptr_null(t.text);
+        ck_assert_int_eq(live(), before);
+    }
+    /* a limit that cuts the decode: hit_limit, and the ids still split */
+    gp.max_tokens = 4;
+    ck_assert_int_eq(rill_whisper_greedy(r.w, win, &gp, &t), RILL_OK);
+    ck_assert(t.hit_limit);
+    ck_assert_int_eq(t.n_tokens, 4);
+    ck_assert_int_eq(t.tokens[0], rill_whisper_hparams(r.w)->tok_timestamp_begin);
+    ck_assert_int_ge(t.n_segments, 1);
+    rill_whisper_transcript_deinit(&t);
+    rill_whisper_window_destroy(&win);
+    rig_close(&r);
+}
+END_TEST
+
+START_TEST(test_timestamps_match_faster_whisper) {
+    size_t len = 0;
+    char *tsv = ref_file("timestamps.tsv", &len);
+    if (tsv == NULL) {
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        tsv[i] = tsv[i] == '\n' ? '\0' : tsv[i];
+    }
+    rig_t r = rig_open(true);
+    static const char *const clips[] = { "birch",  "lv0870", "lv0880", "lv0890",
+                                         "lv0920", "lv0930", "lvall" };
+    int windows = 0;
+    for (size_t c = 0; c < sizeof clips / sizeof clips[0]; c++) {
+        windows += check_timestamps(&r, clips[c], tsv, tsv + len);
+    }
+    printf("timestamps: %d windows, every segment's ids, text, start and end as faster-whisper's\n",
+           windows);
+    rig_close(&r);
+    free(tsv);
+}
+END_TEST
+
 static Suite *whisper_suite(void) {
     Suite *s = suite_create("whisper");
     TCase *tc = tcase_create("whisper");
@@ -755,6 +1137,10 @@ static Suite *whisper_suite(void) {
     tcase_add_test(tc, test_decoder_matches_ctranslate2);
     tcase_add_test(tc, test_greedy_matches_faster_whisper);
     tcase_add_test(tc, test_wav_end_to_end);
+    tcase_add_test(tc, test_timestamps_match_faster_whisper);
+    tcase_add_test(tc, test_segments_split);
+    tcase_add_test(tc, test_timestamp_rules);
+    tcase_add_test(tc, test_timestamps_failures);
     tcase_add_test(tc, test_no_speech_on_silence);
     tcase_add_test(tc, test_decode_batching);
     tcase_add_test(tc, test_bad_arguments);

@@ -7,7 +7,8 @@ tokenizer reference is the Hugging Face `tokenizers` library on that folder's to
 
     tools/ref_whisper.py [--models DIR] [--out tests/data/ref/whisper] [--only PART ...]
 
-PART is one of: clip, tokens, mel, encoder, decoder, transcripts (default: all but clip).
+PART is one of: clip, tokens, mel, encoder, decoder, transcripts, timestamps (default: all but
+clip).
 --models is the model cache (default $RILL_CACHE/models, i.e. ~/.cache/rill/models). What is
 written, and the format of every file, is tests/data/ref/whisper/README.md.
 
@@ -21,6 +22,8 @@ C tests read it the same way:
   lv0880    LibriVox clip 0880 of Debian's pocketsphinx-testdata (read from /usr/share, not
             copied), the CI clip with birch
   lv0870 lv0890 lv0920 lv0930  the other four: transcripts only, for bench/
+  lvall     no file: the five LibriVox clips back to back, each followed by 2 s of zero samples
+            (32.7 s: two windows; the timestamps part only)
   synth, synth_short  no file: integer noise under a ramp, 12,345 and 30 samples (synth_samples();
             tests/test_whisper_mel.c computes the same integers), for the mel front end's edges
 The oracle runs CTranslate2 on the CPU, compute_type float32, 2 threads.
@@ -42,6 +45,7 @@ ESPEAK = ['espeak-ng', '-v', 'en-us', '-s', '150', 'The birch canoe slid on the 
 CI_CLIPS = ['birch', 'lv0880']
 BENCH_CLIPS = ['lv0870', 'lv0880', 'lv0890', 'lv0920', 'lv0930']
 SYNTH = {'synth': 12345, 'synth_short': 30}
+LVALL_GAP = 32000   # lvall: the five LibriVox clips in order, each followed by 2 s of zeros (32.7 s)
 THREADS = 2
 # encoder rows stored in full (of 1500): the start, around the clips' ends, the padded tail
 ENC_ROWS = [0, 1, 2, 3, 64, 65, 127, 128, 129, 130, 149, 150, 151, 400, 749, 750, 1200, 1498, 1499]
@@ -154,6 +158,9 @@ def synth_samples(n):
 
 
 def samples_of(name):
+    if name == 'lvall':
+        gap = np.zeros(LVALL_GAP, dtype=np.float32)
+        return np.concatenate([p for c in BENCH_CLIPS for p in (read_wav(clip_path(c)), gap)])
     return synth_samples(SYNTH[name]) if name in SYNTH else read_wav(clip_path(name))
 
 
@@ -323,15 +330,77 @@ def write_transcripts(models, out, index):
     index['transcripts'] = {'clips': {c: clip_path(c) for c in sorted(set(CI_CLIPS + BENCH_CLIPS))}}
 
 
+def write_timestamps(models, out, index):
+    """timestamps.tsv: decoding WITH timestamps, as faster-whisper does it (beam 1, temperature
+    0 so no fallback, no VAD, language en, condition_on_previous_text False, max_initial_timestamp
+    1.0 s, its default suppression). Two kinds of rows per model and clip:
+      W  the raw ids of the first window's decode (CTranslate2 generate from the sot sequence,
+         without <|notimestamps|>, faster-whisper's options, max_initial_timestamp_index 50):
+         text and timestamp tokens, eot excluded, and the no-speech probability;
+      S  every segment transcribe() yields: the window's seek (mel frames), start and end in ms
+         (rounded from faster-whisper's seconds), the segment's ids (timestamps included), and
+         its text (hex).
+    The first window's ids must equal faster-whisper's own first generate (checked here: the S
+    rows of seek 0 are a split of the W ids)."""
+    import ctranslate2
+    from faster_whisper import WhisperModel
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+    rows = ['# W\tmodel\tclip\twindow ids\tno_speech_prob',
+            '# S\tmodel\tclip\tseek frames\tstart ms\tend ms\tsegment ids\ttext_hex']
+    runs = [('whisper-tiny.en', c) for c in sorted(set(CI_CLIPS + BENCH_CLIPS)) + ['lvall']]
+    if os.path.isdir(os.path.join(models, 'whisper-base-ct2')):
+        runs += [('whisper-base', c) for c in BENCH_CLIPS + ['lvall']]
+    loaded = {}
+    for model, clip in runs:
+        folder = os.path.join(models, model + '-ct2')
+        if model not in loaded:
+            fw = WhisperModel(folder, device='cpu', compute_type='float32', cpu_threads=THREADS,
+                              local_files_only=True)
+            tk = Tokenizer(fw.hf_tokenizer, fw.model.is_multilingual, task='transcribe',
+                           language='en')
+            loaded[model] = (fw, tk, list(get_suppressed_tokens(tk, [-1])))
+        fw, tk, suppress = loaded[model]
+        x = samples_of(clip)
+        inp = encoder_input(x) if x.shape[0] <= 480000 else \
+            features_of(x)[:, :3000].astype(np.float32)
+        enc = fw.model.encode(ctranslate2.StorageView.from_array(inp[None]))
+        r = fw.model.generate(enc, [list(tk.sot_sequence)], beam_size=1, max_length=448,
+                              return_scores=True, return_no_speech_prob=True,
+                              suppress_blank=True, suppress_tokens=suppress,
+                              max_initial_timestamp_index=50)[0]
+        ids = r.sequences_ids[0]
+        rows.append('W\t%s\t%s\t%s\t%.6g' % (model, clip, ','.join(map(str, ids)),
+                                              r.no_speech_prob))
+        segments, _ = fw.transcribe(x, language='en', task='transcribe', beam_size=1,
+                                    temperature=0.0, vad_filter=False, without_timestamps=False,
+                                    condition_on_previous_text=False, max_initial_timestamp=1.0)
+        first = []
+        for s in segments:
+            rows.append('S\t%s\t%s\t%d\t%d\t%d\t%s\t%s' % (
+                model, clip, s.seek, round(s.start * 1000), round(s.end * 1000),
+                ','.join(map(str, s.tokens)), s.text.encode().hex()))
+            if s.seek == 0:
+                first += s.tokens
+            print('%s %s [%d %.2f-%.2f]%s' % (model, clip, s.seek, s.start, s.end, s.text))
+        if first != ids[:len(first)]:
+            sys.exit('ref_whisper: %s %s: the first window\'s segments are not a prefix of its '
+                     'generate' % (model, clip))
+    with open(os.path.join(out, 'timestamps.tsv'), 'w') as f:
+        f.write('\n'.join(rows) + '\n')
+    print('wrote timestamps.tsv')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     ap.add_argument('--models', default=default_cache())
     ap.add_argument('--out', default=os.path.join(ROOT, 'tests', 'data', 'ref', 'whisper'))
     ap.add_argument('--only', nargs='*',
-                    choices=['clip', 'tokens', 'mel', 'encoder', 'decoder', 'transcripts'])
+                    choices=['clip', 'tokens', 'mel', 'encoder', 'decoder', 'transcripts',
+                             'timestamps'])
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    parts = args.only or ['tokens', 'mel', 'encoder', 'decoder', 'transcripts']
+    parts = args.only or ['tokens', 'mel', 'encoder', 'decoder', 'transcripts', 'timestamps']
     index_path = os.path.join(args.out, 'index.json')
     index = {}
     if os.path.isfile(index_path):
@@ -356,6 +425,8 @@ def main():
         write_decoder(args.models, args.out, index)
     if 'transcripts' in parts:
         write_transcripts(args.models, args.out, index)
+    if 'timestamps' in parts:
+        write_timestamps(args.models, args.out, index)
     with open(index_path, 'w') as f:
         json.dump(index, f, indent=1, sort_keys=True)
         f.write('\n')
