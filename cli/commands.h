@@ -12,7 +12,7 @@ int cmd_serve(int argc, char **argv);      /* `rill serve` / `rilld` (cmd_serve.
 int cmd_keygen(int argc, char **argv);     /* `rill keygen` (cmd_serve.c) */
 int cmd_devices(int argc, char **argv);    /* `rill devices` (cmd_devices.c, ingest/rill_audio.h) */
 int cmd_transcribe(int argc, char **argv); /* `rill transcribe` (cmd_transcribe.c, rill_asr.h) */
-int cmd_translate(int argc, char **argv);  /* `rill translate` (cmd_translate.c, rill_translate.h) */
+int cmd_translate(int argc, char **argv); /* `rill translate` (cmd_translate.c, rill_translate.h) */
 /* The client of a running rilld (cmd_client.c, clients/rill_client.h). */
 int cmd_session(int argc, char **argv);      /* `rill session new|close|list|stats|snapshot` */
 int cmd_ingest(int argc, char **argv);       /* `rill ingest NAME` (text, --ticks) */

@@ -243,6 +243,10 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
  * (lowest id on ties). hp from rill_whisper_hparams(). Never fails for valid arguments. */
 int32_t rill_whisper_pick(const rill_whisper_hparams_t *hp, float *logits, bool first);
 
+/* log softmax(logits[0, V))[id] in double (-inf when every logit is -inf): a decode's token
+ * log-probability (avg_logprob) and the no-speech probability read it. Pure; any thread. */
+double rill_whisper_log_prob(const float *logits, int64_t V, int32_t id);
+
 /* The same with timestamps: Whisper's timestamp rules as CTranslate2 4.8 applies them
  * (ApplyTimestampRules), on top of rill_whisper_pick()'s suppression (first = n_gen == 0).
  * gen[0, n_gen) are the ids generated so far in this window (after the sot sequence). In place

@@ -739,8 +739,7 @@ void rill_whisper_transcript_deinit(rill_whisper_transcript_t *t) {
     memset(t, 0, sizeof *t);
 }
 
-/* log softmax(logits)[id] in double (-inf when every logit is -inf). */
-static double log_prob_of(const float *logits, int64_t V, int32_t id) {
+double rill_whisper_log_prob(const float *logits, int64_t V, int32_t id) {
     float m = -INFINITY;
     for (int64_t i = 0; i < V; i++) {
         m = logits[i] > m ? logits[i] : m;
@@ -1080,7 +1079,7 @@ rill_err_t rill_whisper_greedy(rill_whisper_t *w, const rill_whisper_window_t *w
         const int32_t next =
             p.timestamps ? rill_whisper_pick_timestamp(hp, last, t.tokens, t.n_tokens, max_initial)
                          : rill_whisper_pick(&w->hp, last, t.n_tokens == 0);
-        sum_lp += log_prob_of(last, V, next);
+        sum_lp += rill_whisper_log_prob(last, V, next);
         if (next == hp->tok_eot) {
             break;
         }

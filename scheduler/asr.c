@@ -313,22 +313,6 @@ static void drop_to(rill_asr_t *a, int64_t to) {
     }
 }
 
-/* log softmax(logits)[id], in double. */
-static double logprob_of(const float *logits, int64_t V, int32_t id) {
-    float m = -INFINITY;
-    for (int64_t i = 0; i < V; i++) {
-        m = logits[i] > m ? logits[i] : m;
-    }
-    if (!isfinite(m)) {
-        return -INFINITY;
-    }
-    double sum = 0.0;
-    for (int64_t i = 0; i < V; i++) {
-        sum += exp((double)logits[i] - m);
-    }
-    return (double)logits[id] - m - log(sum);
-}
-
 typedef struct hyp {
     int32_t n_gen;
     float no_speech;
@@ -479,7 +463,7 @@ static rill_err_t decode_window(rill_asr_t *a, hyp_t *h) {
     if (err != RILL_OK) {
         return err;
     }
-    h->no_speech = (float)exp(logprob_of(a->logits, V, hp->tok_no_speech));
+    h->no_speech = (float)exp(rill_whisper_log_prob(a->logits, V, hp->tok_no_speech));
     float *last = a->logits + V;
     double sum_lp = 0.0;
     int32_t n_gen = 0;
@@ -488,7 +472,7 @@ static rill_err_t decode_window(rill_asr_t *a, hyp_t *h) {
         const int32_t next =
             a->prm.timestamps ? rill_whisper_pick_timestamp(hp, last, a->gen, n_gen, MAX_INITIAL_TS)
                               : rill_whisper_pick(hp, last, n_gen == 0);
-        sum_lp += logprob_of(last, V, next);
+        sum_lp += rill_whisper_log_prob(last, V, next);
         if (next == hp->tok_eot) {
             break;
         }

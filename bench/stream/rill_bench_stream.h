@@ -28,8 +28,8 @@
  * ("consistency": one of the three) and, for both, "by_consistency" {acknowledged, evaluated}
  * of {questions, failed, ttft_p50_ms, ttft_p90_ms, ttft_p99_ms, behind_p50, behind_p99,
  * behind_any (chunks acknowledged before the question that its answer did not see), scored,
- * correct, accuracy}; stdout gets a line per consistency. With --export FILE: the exact stream as JSON, for
- * bench/stream_llama.py. Progress and errors go to stderr.
+ * correct, accuracy}; stdout gets a line per consistency. With --export FILE: the exact stream as
+ * JSON, for bench/stream_llama.py. Progress and errors go to stderr.
  *
  * Accuracy (issue 23). Every answer is checked against its session's market truth
  * (ingest/rill_market_truth.h) at the chunks it was computed on (rill: the whole chunks within

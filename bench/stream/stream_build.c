@@ -210,9 +210,9 @@ static int build_session(bench_t *b, int32_t s, rill_tokenizer_work_t *work) {
             q->session = s;
             q->index = ss->n_q++;
             q->kind = (s + q->index) % N_QUESTIONS;
-            q->consistency = !b->o.consistency_both                  ? b->o.consistency
+            q->consistency = !b->o.consistency_both                        ? b->o.consistency
                              : ((s + q->index) / N_QUESTIONS + s) % 2 == 0 ? RILL_SCHED_ACKNOWLEDGED
-                                                                     : RILL_SCHED_EVALUATED;
+                                                                           : RILL_SCHED_EVALUATED;
             q->after = (int32_t)ss->n_chunks;
             q->context = context;
             q->t_ns = t_ns;
