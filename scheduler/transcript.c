@@ -403,8 +403,10 @@ rill_err_t rill_transcript_trim(rill_transcript_t *t, int64_t start_ms) {
         t->before_end = t->cw[k].byte_end;
         k++;
     }
-    memmove(t->cw, t->cw + k, (size_t)(t->n_cw - k) * sizeof *t->cw);
-    t->n_cw -= k;
+    if (k > 0) { /* (cw is NULL before the first commit) */
+        memmove(t->cw, t->cw + k, (size_t)(t->n_cw - k) * sizeof *t->cw);
+        t->n_cw -= k;
+    }
     return RILL_OK;
 }
 
