@@ -50,7 +50,13 @@ endforeach()
 # against `rill transcribe --json`; hostile ingest.audio frames; a client vanishing mid-stream;
 # a restart.
 # Skips without whisper-tiny.en, the clip, or PyAV and numpy in .venv.
-foreach(t pcm16 opus hostile vanish restart)
+# The Opus case runs in the release build only: after the packet decoder (which test_audio and
+# the fuzzer run under the sanitizers) its path is the pcm16 case's.
+set(rill_speech_cases pcm16 hostile vanish restart)
+if(RILL_SANITIZE STREQUAL "")
+    list(APPEND rill_speech_cases opus)
+endif()
+foreach(t ${rill_speech_cases})
     add_test(NAME test_server_speech_${t}
              COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_speech.py
                      $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})

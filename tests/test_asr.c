@@ -230,7 +230,9 @@ static void check_clip(const char *clip, const char *path, bool timestamps) {
 
 START_TEST(streamed_transcripts_match_the_offline_reference) {
     check_clip("birch", BIRCH, true);
-    check_clip("lv0880", LV0880, true);
+    if (!test_light()) { /* the same path over a longer clip */
+        check_clip("lv0880", LV0880, true);
+    }
     check_clip("birch", BIRCH, false); /* the default path */
 }
 END_TEST
@@ -409,22 +411,23 @@ START_TEST(continuous_speech_is_trimmed_at_the_window_limit) {
     rill_asr_t *a = NULL;
     ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
     run_t r = { 0 };
-    enum { LOOPS = 12 };
-    for (int i = 0; i < LOOPS; i++) {
+    /* 34 s back to back, or 17 s in light runs (sanitizers): both past the 12 s limit */
+    const int loops = test_light() ? 6 : 12;
+    for (int i = 0; i < loops; i++) {
         stream(a, clip, nc, &r, true);
     }
     finish(a, &r, true);
     const rill_asr_stats_t st = rill_asr_stats(a);
     printf("%d loops back to back (%.1f s): %lld decodes, %.1f s dropped, longest window %.1f "
            "s, \"smooth\" %d times: %s\n",
-           LOOPS, (double)st.samples_fed / 16000, (long long)st.decodes,
+           loops, (double)st.samples_fed / 16000, (long long)st.decodes,
            (double)st.samples_dropped / 16000, (double)st.max_window_samples / 16000,
            count_of(r.text, "smooth"), r.text);
     ck_assert_int_gt(st.samples_dropped, 0);
     ck_assert_int_le(st.max_window_samples, (12000 + 2000 + 100) * 16);
     /* forced trims cut inside words now and then; most repeats survive */
-    ck_assert_int_ge(count_of(r.text, "smooth"), LOOPS - 3);
-    ck_assert_int_le(count_of(r.text, "smooth"), LOOPS + 1);
+    ck_assert_int_ge(count_of(r.text, "smooth"), loops - 3);
+    ck_assert_int_le(count_of(r.text, "smooth"), loops + 1);
     rill_asr_destroy(&a);
     free(r.text);
     free(clip);
@@ -554,7 +557,11 @@ static Suite *asr_suite(void) {
     tcase_add_test(tc, bad_input_is_refused_and_changes_nothing);
     tcase_add_test(tc, failed_allocations_leak_nothing);
     tcase_add_test(tc, continuous_speech_is_trimmed_at_the_window_limit);
-    tcase_add_test(tc, a_ten_minute_stream_of_silence_and_speech_stays_bounded);
+    /* Eleven cycles of one clip and noise: their checks are counts and rill's own live bytes,
+     * which the release pass sees; under a sanitizer only time would grow. */
+    if (!test_light()) {
+        tcase_add_test(tc, a_ten_minute_stream_of_silence_and_speech_stays_bounded);
+    }
     suite_add_tcase(s, tc);
     return s;
 }

@@ -104,7 +104,8 @@ def t_json_streams_and_matches_reference():
     assert abs(final["audio_s"] - 2.84) < 0.02, final
     assert len(changes) >= 2, changes  # it streamed: tentative text came before the end
     assert any(c["tentative"] for c in changes), changes
-    clip(LV0880, "lv0880")
+    if not os.environ.get("RILL_TEST_LIGHT"):  # sanitizer runs: the same path, one clip
+        clip(LV0880, "lv0880")
 
 
 def t_offline_decodes_once():

@@ -102,6 +102,15 @@ static inline const char *test_model_path(char *out, size_t cap, const char *nam
     return test_src_path(out, cap, "models/%s", name);
 }
 
+/* True in the sanitizer builds' test runs (RILL_TEST_LIGHT set by tests/CMakeLists.txt): suites
+ * whose model-heavy cases repeat one code path over many clips or cycles run it over fewer there,
+ * so that the three CI passes fit their budget; every path still runs once under the sanitizers,
+ * and the release pass runs them all. Returns (safe anywhere). */
+static inline bool test_light(void) {
+    const char *v = getenv("RILL_TEST_LIGHT");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
 /* True when path names a regular file (symbolic links followed). Returns (safe anywhere). */
 static inline bool test_file_exists(const char *path) {
     struct stat st;
