@@ -24,7 +24,8 @@
  *
  * Usage: bench_window_ppl [--model PATH] [--text PATH] [--tokens N] [--sinks S]
  *                         [--windows W1,W2,...] [--points K] [--start T] [--threads T]
- *                         [--kv f16|f32]
+ *                         [--kv f32|f16|q8_0|q4_0] [--kv-v TYPE]   (K and V cache types;
+ *                         --kv-v defaults to --kv, as llama.cpp's -ctk/-ctv)
  * Paths default to the repository layout, run from its root. Prints a table, then one JSON line
  * per window.
  */
@@ -48,7 +49,9 @@ typedef struct opts {
     int32_t sinks, windows[MAX_WINDOWS], n_windows, points;
     int64_t start; /* first scoring point; 0: 2 (S' + W') of the largest window */
     int threads;
-    rill_dtype_t kv;
+    rill_dtype_t kv;   /* K cache type (and V unless kv_v) */
+    rill_dtype_t kv_v; /* V cache type */
+    char kv_label[16]; /* "q8_0", or "q8_0/f16" when V differs */
 } opts_t;
 
 typedef struct result {
@@ -141,6 +144,7 @@ static int run_window(rill_forward_t *fw, const opts_t *o, const int32_t *tok, i
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = 2 * (int64_t)cap + 4 * P;
     pp.kv_type = o->kv;
+    pp.kv_type_v = (int32_t)o->kv_v;
     rill_session_pool_t *pool = NULL;
     if (check(rill_session_pool_new(fw, &pp, &pool), "pool")) {
         return 1;
@@ -224,6 +228,7 @@ static int parse_args(int argc, char **argv, opts_t *o) {
     o->start = 0;
     o->threads = 2;
     o->kv = RILL_DTYPE_F16;
+    int kv_v = -2; /* -2: as K */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (v == NULL) {
@@ -245,7 +250,16 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         } else if (strcmp(a, "--threads") == 0) {
             o->threads = atoi(v);
         } else if (strcmp(a, "--kv") == 0) {
-            o->kv = strcmp(v, "f32") == 0 ? RILL_DTYPE_F32 : RILL_DTYPE_F16;
+            const int t = rill_dtype_from_name(v);
+            if (t < 0) {
+                return 1;
+            }
+            o->kv = (rill_dtype_t)t;
+        } else if (strcmp(a, "--kv-v") == 0) {
+            kv_v = rill_dtype_from_name(v);
+            if (kv_v < 0) {
+                return 1;
+            }
         } else if (strcmp(a, "--windows") == 0) {
             o->n_windows = 0;
             char buf[256];
@@ -257,6 +271,13 @@ static int parse_args(int argc, char **argv, opts_t *o) {
         } else {
             return 1;
         }
+    }
+    o->kv_v = kv_v == -2 ? o->kv : (rill_dtype_t)kv_v;
+    if (o->kv_v == o->kv) {
+        snprintf(o->kv_label, sizeof o->kv_label, "%s", rill_dtype_name(o->kv));
+    } else {
+        snprintf(o->kv_label, sizeof o->kv_label, "%s/%s", rill_dtype_name(o->kv),
+                 rill_dtype_name(o->kv_v));
     }
     if (o->n_tokens < 1000 || o->points < 1 || o->n_windows < 1 || o->sinks < 0) {
         return 1;
@@ -276,7 +297,8 @@ int main(int argc, char **argv) {
     if (parse_args(argc, argv, &o)) {
         fprintf(stderr,
                 "usage: %s [--model PATH] [--text PATH] [--tokens N] [--sinks S] "
-                "[--windows W1,W2] [--points K] [--start T] [--threads T] [--kv f16|f32]\n",
+                "[--windows W1,W2] [--points K] [--start T] [--threads T] [--kv f32|f16|q8_0|q4_0] "
+                "[--kv-v TYPE]\n",
                 argv[0]);
         return 2;
     }
@@ -316,8 +338,8 @@ int main(int argc, char **argv) {
     }
     printf("bench_window_ppl: %s, %lld tokens of %s, sinks %d, KV %s, %d threads, %d points "
            "from token %lld\n",
-           o.model, (long long)n_tok, o.text, o.sinks, o.kv == RILL_DTYPE_F32 ? "f32" : "f16",
-           o.threads, o.points, (long long)o.start);
+           o.model, (long long)n_tok, o.text, o.sinks, o.kv_label, o.threads, o.points,
+           (long long)o.start);
     result_t res[MAX_WINDOWS];
     for (int w = 0; w < o.n_windows; w++) {
         if (run_window(fw, &o, tok, n_tok, o.windows[w], V, &res[w]) != 0) {
@@ -346,10 +368,9 @@ int main(int argc, char **argv) {
                "\"ppl_windowed\":%.5f,\"ppl_reprefill\":%.5f,\"ratio\":%.5f,"
                "\"ratio_ci95\":[%.5f,%.5f],\"mean_abs_dlogp\":%.5f,\"mean_kl\":%.6f,"
                "\"top1_same\":%.4f}\n",
-               o.model, (long long)n_tok, o.sinks, r->window_slots,
-               o.kv == RILL_DTYPE_F32 ? "f32" : "f16", o.threads, r->points, (long long)r->evicted,
-               pw, pf, pw / pf, lo, hi, r->abs_dlogp / r->points, r->kl / r->points,
-               (double)r->top1_same / r->points);
+               o.model, (long long)n_tok, o.sinks, r->window_slots, o.kv_label, o.threads,
+               r->points, (long long)r->evicted, pw, pf, pw / pf, lo, hi, r->abs_dlogp / r->points,
+               r->kl / r->points, (double)r->top1_same / r->points);
     }
     free(tok);
     free(text);

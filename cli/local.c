@@ -12,16 +12,13 @@
 #include "local.h"
 #include "rill_alloc.h"
 
-/* One cache type name; -1 for an unknown one. */
+/* One cache type name (f32, f16, q8_0, q4_0); -1 for any other. */
 static int cache_type_of(const char *name) {
-    static const rill_dtype_t types[] = { RILL_DTYPE_F32, RILL_DTYPE_F16, RILL_DTYPE_Q8_0,
-                                          RILL_DTYPE_Q4_0 };
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        if (strcmp(name, rill_dtype_name(types[i])) == 0) {
-            return (int)types[i];
-        }
-    }
-    return -1;
+    const int t = rill_dtype_from_name(name);
+    return t == RILL_DTYPE_F32 || t == RILL_DTYPE_F16 || t == RILL_DTYPE_Q8_0 ||
+                   t == RILL_DTYPE_Q4_0
+               ? t
+               : -1;
 }
 
 int local_cache_types(const local_opts_t *o, rill_dtype_t *k, rill_dtype_t *v) {

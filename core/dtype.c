@@ -1,4 +1,6 @@
 /* dtype.c - the type table of rill_dtype.h. */
+#include <string.h>
+
 #include "rill_dtype.h"
 
 bool rill_dtype_valid(int t) {
@@ -21,6 +23,19 @@ const char *rill_dtype_name(rill_dtype_t t) {
 #undef CASE_
     }
     return "?";
+}
+
+int rill_dtype_from_name(const char *name) {
+    if (name == NULL) {
+        return -1;
+    }
+#define FROM_(name_, id, label, be, bb) \
+    if (strcmp(name, label) == 0) {     \
+        return (id);                    \
+    }
+    RILL_DTYPE_TABLE(FROM_)
+#undef FROM_
+    return -1;
 }
 
 int64_t rill_dtype_block_elems(rill_dtype_t t) {

@@ -47,6 +47,10 @@ bool rill_dtype_valid(int t);
 /* Label ("q4_k"), or "?" for an unknown type. Static string. */
 const char *rill_dtype_name(rill_dtype_t t);
 
+/* The type whose label is name (rill_dtype_name's inverse, exact and lower-case: "q8_0"), or
+ * -1 for NULL or an unknown label. */
+int rill_dtype_from_name(const char *name);
+
 /* Elements per block (1 for plain float types); 0 for an unknown type. */
 int64_t rill_dtype_block_elems(rill_dtype_t t);
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "rill_core.h"
+#include "rill_dtype.h"
 
 /* ---- errors ---- */
 
@@ -45,6 +46,21 @@ START_TEST(err_table_round_trips) {
 END_TEST
 
 /* ---- allocation ---- */
+
+START_TEST(dtype_names_round_trip) {
+    for (int t = 0; t < 64; t++) {
+        if (rill_dtype_valid(t)) {
+            ck_assert_int_eq(rill_dtype_from_name(rill_dtype_name((rill_dtype_t)t)), t);
+        }
+    }
+    ck_assert_int_eq(rill_dtype_from_name("q8_0"), RILL_DTYPE_Q8_0);
+    ck_assert_int_eq(rill_dtype_from_name("Q8_0"), -1); /* labels are exact */
+    ck_assert_int_eq(rill_dtype_from_name("q8"), -1);
+    ck_assert_int_eq(rill_dtype_from_name("?"), -1);
+    ck_assert_int_eq(rill_dtype_from_name(""), -1);
+    ck_assert_int_eq(rill_dtype_from_name(NULL), -1);
+}
+END_TEST
 
 START_TEST(alloc_counts_per_subsystem) {
     rill_mem_stats_t before = rill_mem_stats(RILL_MEM_SESSIONS);
@@ -583,6 +599,7 @@ static Suite *core_suite(void) {
     tcase_add_test(tc, arena_bump_reset_and_full);
     tcase_add_test(tc, pool_inline_and_null);
     tcase_add_test(tc, pool_new_every_allocation_failure);
+    tcase_add_test(tc, dtype_names_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }
