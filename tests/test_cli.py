@@ -487,6 +487,27 @@ def bench_stream_consistency(m):
     assert p.returncode == 2 and "--consistency" in p.stderr, p
 
 
+def bench_stream_cache_types(m):
+    """--cache-type-k / -v (issue 18 item 1): the stream runs on a quantized cache, both modes,
+    and the summary says which; an unknown type is refused with the flag's name."""
+    with tempfile.TemporaryDirectory() as d:
+        js = os.path.join(d, "q.jsonl")
+        run("bench", "stream", "--model", m, "--no-prompt", "--sessions", "2", "--rate", "50",
+            "--every", "2", "--context", "128", "--answer", "4", "--stateless", "1", "-t", "1",
+            "--no-stop", "--cache-type-k", "q8_0", "--cache-type-v", "q4_0", "--json", js)
+        rows = [json.loads(line) for line in open(js)]
+    summ = {r["mode"]: r for r in rows if r.get("summary")}
+    for mode, least in (("rill", 2), ("stateless", 1)):
+        sm = summ[mode]
+        assert sm["kv"] == "q8_0/q4_0" and sm["cache_type_k"] == "q8_0", sm
+        assert sm["cache_type_v"] == "q4_0" and sm["questions"] >= least, sm
+        assert sm["failed"] == 0, sm
+    assert all(r["status"] == "OK" for r in rows if not r.get("summary")), rows
+    p = subprocess.run([RILL, "bench", "stream", "--model", m, "--cache-type-k", "q5_0"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--cache-type-k" in p.stderr, p
+
+
 def t_bench_stream():
     """`rill bench stream` on the tiny model at tiny sizes: runs in a second, its JSON lines
     parse (one per question and mode, a summary per mode), and the export holds the stream."""
@@ -552,6 +573,8 @@ def t_bench_stream():
                " Reply with " not in t for t in exp["question_texts"]), exp["question_texts"]
     bench_stream_stop_rule(m)
     bench_stream_consistency(m)
+    bench_stream_cache_types(m)
+    assert summ["rill"]["kv"] == "f16" and summ["rill"]["cache_type_v"] == "f16", summ["rill"]
     assert summ["rill"]["consistency"] == "acknowledged", summ["rill"]  # the default
     assert all(r["consistency"] == "acknowledged" for r in rill), rill
     # Deterministic: the same options give the same stream.

@@ -51,7 +51,8 @@ static int setup_pool(bench_t *b) {
     rill_session_pool_params_t pp = rill_session_pool_default_params();
     pp.n_cells = (int64_t)b->n_pages * P;
     pp.page_size = P;
-    pp.kv_type = RILL_DTYPE_F16;
+    pp.kv_type = b->l.k_type; /* --cache-type-k / -v (default F16) */
+    pp.kv_type_v = (int32_t)b->l.v_type;
     pp.n_ctx = b->n_ctx;
     pp.tokenizer = b->l.tok;
     rill_err_t err = rill_session_pool_new(b->l.fw, &pp, &b->pool);
@@ -100,8 +101,9 @@ int rill_bench_stream_main(int argc, char **argv) {
         return 1;
     }
     opts_t *o = &b->o;
-    /* an F16 cache and flash attention, as rilld runs sessions (--attn exact: llama.cpp's
-     * non-flash bits); bench/stream_llama.py --flash-attn runs llama.cpp the same way */
+    /* an F16 cache (unless --cache-type-k/-v) and flash attention, as rilld runs sessions (--attn
+     * exact: llama.cpp's non-flash bits); bench/stream_llama.py --flash-attn runs llama.cpp the
+     * same way */
     o->lo = (local_opts_t){ .threads = 2,
                             .n_ctx = RILL_KV_PAGE_SIZE,
                             .backend = "cpu",
@@ -126,6 +128,10 @@ int rill_bench_stream_main(int argc, char **argv) {
         { "model", "-m", CLI_STRING, &o->lo.model_path, "GGUF model file (default: SmolLM2-135M)",
           0, -1 },
         { "threads", "-t", CLI_INT, &o->lo.threads, "compute threads, 0 = one per CPU", 0, 512 },
+        { "cache-type-k", NULL, CLI_STRING, &o->lo.cache_type_k,
+          "K cache type: f32, f16 (default), q8_0 or q4_0", 0, -1 },
+        { "cache-type-v", NULL, CLI_STRING, &o->lo.cache_type_v,
+          "V cache type: f32, f16 (default), q8_0 or q4_0", 0, -1 },
         { "attn", NULL, CLI_STRING, &o->lo.attn,
           "attention kernel: flash (rilld's default) or exact (llama.cpp's non-flash bits)", 0,
           -1 },

@@ -324,17 +324,26 @@ static void write_summary(FILE *f, const bench_t *b, const char *mode, const sum
                           const double *extra, int n_extra, const char *const *extra_keys,
                           const rill_market_tally_t *tl, const rill_market_tally_t *standing,
                           const by_cons_t *bc) {
+    char kv[16]; /* "f16", or "q8_0/f16" when V's type differs */
+    if (b->l.k_type == b->l.v_type) {
+        snprintf(kv, sizeof kv, "%s", rill_dtype_name(b->l.k_type));
+    } else {
+        snprintf(kv, sizeof kv, "%s/%s", rill_dtype_name(b->l.k_type),
+                 rill_dtype_name(b->l.v_type));
+    }
     fprintf(f,
             "{\"bench\":\"stream\",\"mode\":\"%s\",\"summary\":true,\"model\":\"%s\","
             "\"sessions\":%lld,\"rate\":%g,\"every\":%lld,\"answer\":%lld,\"context\":%lld,"
-            "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"f16\","
+            "\"threads\":%d,\"backend\":\"%s\",\"attn\":\"%s\",\"seed\":%lld,\"kv\":\"%s\","
+            "\"cache_type_k\":\"%s\",\"cache_type_v\":\"%s\","
             "\"standing\":%s,\"max_delay_ms\":%g,\"standing_interval_ms\":%g,"
             "\"standing_max_share\":%g,\"questions\":%lld,\"failed\":%lld,"
             "\"prompt\":\"%s\",\"instruct\":\"%s\",\"stop\":%s,\"standing_answer\":%lld",
             mode, rill__stream_model_name(b), (long long)b->o.sessions, b->o.rate,
             (long long)b->o.every, (long long)b->o.answer, (long long)b->o.context,
             rill_backend_n_threads(b->l.be), rill_backend_name(b->l.be),
-            rill_attn_name(rill_backend_attn(b->l.be)), (long long)b->o.seed,
+            rill_attn_name(rill_backend_attn(b->l.be)), (long long)b->o.seed, kv,
+            rill_dtype_name(b->l.k_type), rill_dtype_name(b->l.v_type),
             b->o.no_standing ? "false" : "true",
             strcmp(mode, "stateless") == 0 ? 0.0 : b->o.max_delay_ms, b->o.standing_interval_ms,
             b->o.standing_share, (long long)sm->n, (long long)sm->failed,
