@@ -2,7 +2,7 @@
 """Quality and latency of simultaneous translation, rill against the cascade a user has today.
 
     bench/translate_eval.py [--rill build/cli/rill] [--model FILE] [--split test] [--verses N]
-                            [--modes text,audio,cascade,retranslate] [--policy NAME ...]
+                            [--modes text,audio,cascade,apertium,retranslate] [--policy ...]
                             [--threads 2] [--la-chunk N] [--instruction TEXT]
                             [--translate-args STR] [--generate-args STR]
                             [--json-out FILE] [--keep DIR] [--plot FILE] [--title TEXT]
@@ -29,6 +29,8 @@ Modes (--modes, comma-separated; default: all that can run here):
                them to settle). Compute: pocketsphinx's CPU time over the talk, charged in
                proportion to the audio read before each emission, plus Apertium's CPU time
                shared over the words it translated.
+  apertium     Apertium alone on the verses as text, each written at its verse's end: the
+               cascade's translation with a perfect recognizer (a text row).
   retranslate  every verse re-translated from scratch: one stateless `rill generate --chat`
                per verse (the same instruction, greedy, no session: the instruction and no
                context re-encoded each time), written at the verse's end; its compute (prompt
@@ -276,9 +278,9 @@ def plot(rows, path, title):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     speech = [r for r in rows if r['mode'] in ('audio', 'cascade')]
-    text = [r for r in rows if r['mode'] in ('text', 'retranslate')]
+    text = [r for r in rows if r['mode'] in ('text', 'retranslate', 'text-cascade')]
     panels = [p for p in (('speech', speech), ('text', text)) if p[1]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 4.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.4), squeeze=False)
     for ax, (kind, rs) in zip(axes[0], panels):
         for r in rs:
             label = r['system']
@@ -300,10 +302,12 @@ def plot(rows, path, title):
             ax.set_xlabel('LAAL (source words)')
             ax.set_title('text in (verses as text)')
         ax.set_ylabel('BLEU (sacreBLEU 13a, RV1909)')
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        xs = [v for r in rs for v in (r.get('stream_laal_s'), r.get('stream_laal_ca_s'),
+                                      r.get('laal_words')) if v is not None]
+        ax.set_xlim(min([0.0] + xs) * 1.1, max(xs + [1.0]) * 1.12)
+        ax.set_ylim(0, max([r['bleu'] for r in rs] + [1.0]) * 1.2)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc='best')
+        ax.legend(fontsize=8, loc='upper center', bbox_to_anchor=(0.5, -0.16), ncol=2)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -317,7 +321,7 @@ def main():
     ap.add_argument('--model', default=default_model())
     ap.add_argument('--split', default='test', choices=['dev', 'test'])
     ap.add_argument('--verses', type=int, help='the first N verses only (quick loop: 60)')
-    ap.add_argument('--modes', help='comma-separated: text, audio, cascade, retranslate '
+    ap.add_argument('--modes', help='comma-separated: text, audio, cascade, apertium, retranslate '
                     '(default: all; audio only when rill translate offers --audio)')
     ap.add_argument('--policy', action='append', help='repeatable; default: local-agreement, '
                     'wait-3, sentence')
@@ -350,11 +354,11 @@ def main():
                 fail(f'{path}: {e}')
         plot(rows, a.plot, a.title or f'{len(rows)} rows from {", ".join(a.plot_from)}')
         return
-    known = ['text', 'audio', 'cascade', 'retranslate']
+    known = ['text', 'audio', 'cascade', 'apertium', 'retranslate']
     modes = a.modes.split(',') if a.modes else known
     for m in modes:
         if m not in known:
-            fail(f'unknown mode "{m}" (text, audio, cascade, retranslate)')
+            fail(f'unknown mode "{m}" ({", ".join(known)})')
     if a.verses is not None and a.verses < 1:
         fail('--verses must be at least 1')
     engine = [m for m in modes if m in ('text', 'audio', 'retranslate')]
@@ -461,6 +465,27 @@ def main():
                                      f'apertium {APERTIUM_MODE}', compute_s=round(compute, 2),
                                      compute_s_per_audio_s=round(compute / audio, 4)),
                                 hyps, refs, lags, lags_ca), hyps)
+        if 'apertium' in modes:
+            # Apertium alone on the verses as text, each written at its verse's end: the
+            # cascade's translation with a perfect recognizer (where the cascade's quality goes)
+            hyps, lags, n_src = [], [], 0
+            compute = 0.0
+            for t in talks:
+                texts, cpu = apertium([v['en'] for v in t['verses']])
+                recs, read = [], 0
+                for v, out in zip(t['verses'], texts):
+                    read += len(v['en'].split())
+                    recs.append({'emit': out, 'src_words': read})
+                h, lg, n = score_text(t['verses'], recs)
+                hyps += h
+                lags += lg
+                n_src += n
+                compute += cpu
+            emit(finish_row(dict(base, system='apertium on the text', mode='text-cascade',
+                                 policy='sentence', model=f'apertium {APERTIUM_MODE}',
+                                 compute_s=round(compute, 2),
+                                 compute_s_per_src_word=round(compute / max(1, n_src), 4)),
+                            hyps, refs, lags), hyps)
     print(f'\n{"system":<34} {"BLEU":>6} {"LAAL words":>10} {"StreamLAAL s":>12} '
           f'{"CA s":>7} {"compute s":>10}')
     for r in rows:

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The CI size of bench/translate_eval.py (issue 22 item 4): the first 3 dev verses (Obadiah) as
 one talk, text mode (wait-3) and retranslate on the tiny qwen2 model (random weights: the words
-are noise, the figures are what is checked), and the pocketsphinx + Apertium cascade on the
-espeak-ng talk. Checks the talk tools/synth_talk.py writes (verse starts, durations and gaps
+are noise, the figures are what is checked), the pocketsphinx + Apertium cascade on the
+espeak-ng talk and Apertium on the text. Checks the talk tools/synth_talk.py writes (verse starts, durations and gaps
 adding up to the WAV's length), every row's fields, its BLEU recomputed with sacreBLEU from the
 hypotheses the program kept, the PNG
 figure, and that bad arguments are clear errors that write nothing.
@@ -64,7 +64,7 @@ def run(*extra, ok=(0,)):
 
 
 keep, rows_path, png = (os.path.join(tmp, n) for n in ('hyps', 'rows.jsonl', 'fig.png'))
-main = run('--modes', 'text,retranslate,cascade', '--policy', 'wait-3', '--keep', keep,
+main = run('--modes', 'text,retranslate,cascade,apertium', '--policy', 'wait-3', '--keep', keep,
            '--json-out', rows_path, '--plot', png)
 rows = [json.loads(line) for line in open(rows_path, encoding='utf-8')]
 talks = json.load(open(os.path.join(env['RILL_CACHE'], 'bench', 'talks-dev-3', 'talks.json'),
@@ -92,14 +92,14 @@ def the_talk():
 def the_rows():
     assert [r['system'] for r in rows] == [
         'rill text wait-3', 'retranslate from scratch', 'pocketsphinx+apertium utterance',
-        'pocketsphinx+apertium per-word'], [r['system'] for r in rows]
+        'pocketsphinx+apertium per-word', 'apertium on the text'], [r['system'] for r in rows]
     printed = [json.loads(line) for line in main.stdout.splitlines() if line.startswith('{')]
     assert printed == rows
     for r in rows:
         assert r['verses'] == 3 and r['talks'] == 1 and r['split'] == 'dev'
         assert r['bleu_signature'].startswith('nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|')
         assert r['compute_s'] > 0
-        if r['mode'] in ('text', 'retranslate'):
+        if r['mode'] in ('text', 'retranslate', 'text-cascade'):
             assert r['laal_words'] is None or 0 < r['laal_words'] <= 40, r
         else:
             # LAAL may be negative (words written ahead of the rate |X| / max(|Y|, |Y*|), or
@@ -107,11 +107,12 @@ def the_rows():
             for k in ('stream_laal_s', 'stream_laal_ca_s'):
                 assert isinstance(r[k], float) and -60 < r[k] < 60, r
             assert r['compute_s_per_audio_s'] > 0, r
-    # the retranslate row writes each verse at its end: LAAL = the verse's length, every verse
-    r = rows[1]
-    if r['verses_without_output'] == 0:
-        want = sum(len(v['en'].split()) for t in talks['talks'] for v in t['verses']) / 3
-        assert abs(r['laal_words'] - want) < 1e-3, (r['laal_words'], want)
+    # the retranslate and Apertium rows write each verse at its end: LAAL = the verse's length
+    want = sum(len(v['en'].split()) for t in talks['talks'] for v in t['verses']) / 3
+    for r in (rows[1], rows[4]):
+        if r['verses_without_output'] == 0:
+            assert abs(r['laal_words'] - want) < 1e-3, (r['system'], r['laal_words'], want)
+    assert rows[4]['verses_without_output'] == 0 and rows[4]['bleu'] > 1, rows[4]  # 3.4 here
 
 
 def bleu_recomputed():
@@ -136,11 +137,15 @@ def the_figure():
 def bad_arguments():
     for extra, text in ((['--modes', 'text,speech'], 'unknown mode "speech"'),
                         (['--verses', '0'], '--verses must be at least 1'),
-                        (['--model', os.path.join(tmp, 'none.gguf')], 'no such model')):
+                        (['--model', os.path.join(tmp, 'none.gguf')], 'no such model'),
+                        (['--plot-from', rows_path], '--plot-from needs --plot'),
+                        (['--plot', os.path.join(tmp, 'bad.png'), '--plot-from',
+                          os.path.join(tmp, 'none.jsonl')], 'none.jsonl')):
         out = os.path.join(tmp, 'bad.jsonl')
         p = run(*extra, '--json-out', out, ok=(1,))
         assert text in p.stderr, p.stderr
         assert not os.path.exists(out)
+        assert not os.path.exists(os.path.join(tmp, 'bad.png'))
 
 
 check('the_talk', the_talk)
