@@ -4,8 +4,9 @@ one talk, text mode (wait-3) and retranslate on the tiny qwen2 model (random wei
 are noise, the figures are what is checked), the pocketsphinx + Apertium cascade on the
 espeak-ng talk and Apertium on the text. Checks the talk tools/synth_talk.py writes (verse starts, durations and gaps
 adding up to the WAV's length), every row's fields, its BLEU recomputed with sacreBLEU from the
-hypotheses the program kept, the PNG
-figure, and that bad arguments are clear errors that write nothing.
+hypotheses the program kept, the PNG figure, the audio mode's rows with a stand-in engine
+whose answers are known (the real `--audio` is not in every tree) and its skip without it, and
+that bad arguments are clear errors that write nothing.
 tests/test_simul_metrics.py checks the metrics themselves on hand-made cases.
 
 Usage: test_translate_eval.py RILL_BINARY SOURCE_DIR. Exits 77 (skip) without the tiny models,
@@ -148,11 +149,65 @@ def bad_arguments():
         assert not os.path.exists(os.path.join(tmp, 'bad.png'))
 
 
+FAKE = r"""#!PYTHON
+# A stand-in for `rill translate --audio` as INTERFACES.md gives it: writes each verse's
+# reference 0.01 s after the verse's end (src_s), 0.5 s of compute per emission.
+import json, os, sys
+args = sys.argv[1:]
+if args[:2] == ['translate', '--help']:
+    print('usage: rill translate [--model FILE] [--json] (--audio FILE | --text FILE)')
+    sys.exit(0)
+wav = args[args.index('--audio') + 1]
+talks = json.load(open(os.path.join(os.path.dirname(wav), 'talks.json'), encoding='utf-8'))
+talk = next(t for t in talks['talks'] if t['wav'] == wav)
+c = 0.0
+for v in talk['verses']:
+    c += 0.5
+    print(json.dumps({'emit': v['es'], 'src_s': v['start_s'] + v['duration_s'] + 0.01,
+                      'src_words': 0, 'compute_s': c}))
+print(json.dumps({'final': True, 'text': '', 'src_s': talk['audio_s'], 'compute_s': c}))
+"""
+
+
+def audio_mode_with_a_fake_engine():
+    # the audio rows' plumbing (the --help check, the command, the records, StreamLAAL) with a
+    # fake engine whose answers are known: every verse's reference just after its end -> BLEU
+    # 100, each verse's LAAL = d_1 = its duration + 0.01 (d_1 > |X|), computation-aware + 0.5
+    fake = os.path.join(tmp, 'fake-rill')
+    with open(fake, 'w', encoding='utf-8') as f:
+        f.write(FAKE.replace('PYTHON', sys.executable, 1))
+    os.chmod(fake, 0o755)
+    out = os.path.join(tmp, 'audio.jsonl')
+    p = subprocess.run([sys.executable, PROG, *ARGS, '--rill', fake, '--modes', 'audio',
+                        '--policy', 'sentence', '--json-out', out], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    (r,) = [json.loads(line) for line in open(out, encoding='utf-8')]
+    assert r['system'] == 'rill audio sentence' and r['mode'] == 'audio', r
+    assert r['bleu'] == 100.0, r
+    durs = [v['duration_s'] for t in talks['talks'] for v in t['verses']]
+    assert abs(r['stream_laal_s'] - (sum(durs) / 3 + 0.01)) < 2e-3, (r, durs)
+    assert abs(r['stream_laal_ca_s'] - (sum(durs) / 3 + 0.51)) < 2e-3, (r, durs)
+    assert abs(r['compute_s'] - 1.5) < 1e-9 and r['verses_without_output'] == 0, r
+
+
+def audio_skipped_without_the_option():
+    # the real binary of this tree: skipped with a note when its --help lacks --audio
+    h = subprocess.run([RILL, 'translate', '--help'], capture_output=True, text=True)
+    if '--audio FILE' in h.stdout:
+        return  # the option landed: nothing to skip
+    p = run('--modes', 'audio', '--policy', 'sentence')
+    assert 'the audio mode is skipped' in p.stderr, p.stderr
+    assert not [line for line in p.stdout.splitlines() if line.startswith('{')], p.stdout
+
+
 check('the_talk', the_talk)
 check('the_rows', the_rows)
 check('bleu_recomputed', bleu_recomputed)
 check('the_figure', the_figure)
 check('bad_arguments', bad_arguments)
+check('audio_mode_with_a_fake_engine', audio_mode_with_a_fake_engine)
+check('audio_skipped_without_the_option', audio_skipped_without_the_option)
 shutil.rmtree(tmp, ignore_errors=True)
 bad = [n for n, e in results if e]
 print(f'{len(results) - len(bad)} passed, {len(bad)} failed')
