@@ -282,8 +282,9 @@ def plot(rows, path, title):
     panels = [p for p in (('speech', speech), ('text', text)) if p[1]]
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.4), squeeze=False)
     for ax, (kind, rs) in zip(axes[0], panels):
+        sizes = len({r['verses'] for r in rs}) > 1
         for r in rs:
-            label = r['system']
+            label = r['system'] + (f' ({r["verses"]} verses)' if sizes else '')
             if kind == 'speech':
                 x, x_ca = r.get('stream_laal_s'), r.get('stream_laal_ca_s')
                 if x is None:
