@@ -8,9 +8,10 @@
 #   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/), faster-whisper in
 #                               .venv (the speech oracle used by tools/ref_whisper.py and bench/)
 #                               and pocketsphinx (bench/transcribe_eval.py's second baseline)
-#   scripts/setup.sh --translate  also sacreBLEU in .venv and the translation models in the cache
-#                               (Qwen2.5-Coder 1.5B and 0.5B Instruct, for `rill translate` and
-#                               bench/translate_eval.py; 1.6 GB fetched)
+#   scripts/setup.sh --translate  also sacreBLEU and matplotlib in .venv, the translation models in
+#                               the cache (Qwen2.5-Coder 1.5B and 0.5B Instruct, for `rill
+#                               translate` and bench/translate_eval.py; 1.6 GB fetched), and
+#                               pocketsphinx + Apertium eng-spa (the benchmark's cascade)
 #
 # Every run installs Whisper tiny.en (76 MB fetched, converted to models/whisper-tiny.en.gguf):
 # the speech tests that scripts/test.sh and CI run need it, and it is `--asr`'s default.
@@ -29,7 +30,7 @@ for arg in "$@"; do
     --speech) want_speech=1 ;;
     --translate) want_translate=1 ;;
     -h | --help)
-        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -65,6 +66,11 @@ if [ $want_speech = 1 ]; then
     # the second speech baseline of bench/transcribe_eval.py: pocketsphinx_continuous and its
     # en-us acoustic model, language model and dictionary
     apt_packages+=(pocketsphinx pocketsphinx-en-us)
+fi
+if [ $want_translate = 1 ]; then
+    # bench/translate_eval.py's cascade baseline, the offline pipeline a user has today:
+    # pocketsphinx_continuous (en-us models) for the speech, Apertium eng-spa for the translation
+    apt_packages+=(pocketsphinx pocketsphinx-en-us apertium apertium-eng-spa)
 fi
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -28,6 +28,19 @@ if(TARGET rill_scheduler AND TARGET rill_ingest)
                              LABELS "integration;bench" SKIP_RETURN_CODE 77)
     endif()
 endif()
+# The translation benchmark's metrics (tests/test_simul_metrics.py): LAAL, the minimum-WER
+# re-segmentation, StreamLAAL and its computation-aware delays, the cascade's records, on
+# hand-made cases with known answers. No engine; needs numpy (the .venv), skips without it.
+if(EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+    set(rill_metrics_python ${PROJECT_SOURCE_DIR}/.venv/bin/python)
+else()
+    set(rill_metrics_python ${Python3_EXECUTABLE})
+endif()
+add_test(NAME bench_simul_metrics
+         COMMAND ${rill_metrics_python} ${CMAKE_CURRENT_SOURCE_DIR}/test_simul_metrics.py
+                 ${PROJECT_SOURCE_DIR})
+set_tests_properties(bench_simul_metrics PROPERTIES TIMEOUT 120 LABELS "bench"
+                     SKIP_RETURN_CODE 77)
 # `rill translate --text` (tests/test_translate_cli.py) on the tiny qwen2 model: its --json lines,
 # wait-k's first emission, the plain output, --help, errors. Exits 77 without the tiny models.
 if(TARGET rill_scheduler)
@@ -36,4 +49,16 @@ if(TARGET rill_scheduler)
              $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
     set_tests_properties(test_translate_cli PROPERTIES TIMEOUT 600 LABELS "integration"
                          SKIP_RETURN_CODE 77)
+    # The CI size of bench/translate_eval.py (tests/test_translate_eval.py): 3 dev verses, text
+    # and retranslate rows on the tiny qwen2 model, the pocketsphinx + Apertium cascade on the
+    # espeak-ng talk; the rows, BLEU recomputed, the figure, bad arguments. Release builds only,
+    # as bench_transcribe_eval_small; skips without sacreBLEU (scripts/setup.sh --translate),
+    # pocketsphinx or apertium (--speech, --translate) or the tiny models.
+    if(RILL_SANITIZE STREQUAL "")
+        add_test(NAME bench_translate_eval_small
+                 COMMAND ${rill_metrics_python} ${CMAKE_CURRENT_SOURCE_DIR}/test_translate_eval.py
+                         $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
+        set_tests_properties(bench_translate_eval_small PROPERTIES TIMEOUT 600
+                             LABELS "integration;bench" SKIP_RETURN_CODE 77)
+    endif()
 endif()
