@@ -5,13 +5,12 @@
 #   scripts/setup.sh            system packages, the project's .venv (numpy, gguf), default model
 #   scripts/setup.sh --llama    also llama-cpp-python in .venv (the outside oracle used by tools/
 #                               and bench/; builds llama.cpp from source, several minutes)
-#   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/), faster-whisper in
-#                               .venv (the speech oracle used by tools/ref_whisper.py and bench/)
-#                               and pocketsphinx (bench/transcribe_eval.py's second baseline)
-#   scripts/setup.sh --translate  also sacreBLEU and matplotlib in .venv, the translation models in
-#                               the cache (Qwen2.5-Coder 1.5B and 0.5B Instruct, for `rill
-#                               translate` and bench/translate_eval.py; 1.6 GB fetched), and
-#                               pocketsphinx + Apertium eng-spa (the benchmark's cascade)
+#   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/) and faster-whisper
+#                               in .venv (the speech oracle used by tools/ref_whisper.py and
+#                               bench/)
+#   scripts/setup.sh --translate  also the translation models in the cache (Qwen2.5-Coder 1.5B
+#                               and 0.5B Instruct, for `rill translate` and
+#                               bench/translate_eval.py; 1.6 GB fetched)
 #
 # Every run installs Whisper tiny.en (76 MB fetched, converted to models/whisper-tiny.en.gguf):
 # the speech tests that scripts/test.sh and CI run need it, and it is `--asr`'s default.
@@ -30,7 +29,7 @@ for arg in "$@"; do
     --speech) want_speech=1 ;;
     --translate) want_translate=1 ;;
     -h | --help)
-        sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -62,16 +61,11 @@ apt_packages=(
     pocketsphinx-testdata               # LibriVox clips: the speech tests' and bench/'s audio
     espeak-ng                           # synthesized speech: tools/ref_whisper.py's clip, turns
 )
-if [ $want_speech = 1 ]; then
-    # the second speech baseline of bench/transcribe_eval.py: pocketsphinx_continuous and its
-    # en-us acoustic model, language model and dictionary
-    apt_packages+=(pocketsphinx pocketsphinx-en-us)
-fi
-if [ $want_translate = 1 ]; then
-    # bench/translate_eval.py's cascade baseline, the offline pipeline a user has today:
-    # pocketsphinx_continuous (en-us models) for the speech, Apertium eng-spa for the translation
-    apt_packages+=(pocketsphinx pocketsphinx-en-us apertium apertium-eng-spa)
-fi
+# bench/translate_eval.py's cascade baseline, the offline pipeline a user has today:
+# pocketsphinx_continuous (en-us models) for the speech, Apertium eng-spa for the translation;
+# every run, since its CI size (tests/test_translate_eval.py) runs the cascade too; pocketsphinx
+# is also bench/transcribe_eval.py's second speech baseline
+apt_packages+=(pocketsphinx pocketsphinx-en-us apertium apertium-eng-spa)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -118,9 +112,8 @@ PY
 if [ $want_speech = 1 ] && [ -f tools/requirements-speech.txt ]; then
     pip_install tools/requirements-speech.txt
 fi
-if [ $want_translate = 1 ] && [ -f tools/requirements-translate.txt ]; then
-    pip_install tools/requirements-translate.txt
-fi
+# sacreBLEU and matplotlib: bench/translate_eval.py, whose CI size runs in every test run
+[ -f tools/requirements-translate.txt ] && pip_install tools/requirements-translate.txt
 if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
     # The portable AVX2 build the reference data in tests/data/ref/ was recorded with (a native
     # build may pick AVX-512 kernels and round differently). CMAKE_ARGS overrides it.
