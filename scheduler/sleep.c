@@ -193,7 +193,7 @@ static rill_err_t do_sleep(rill_sched_t *sch, sess_t *x, bool idle) {
     char path[4096];
     sleep_path(sch, x, path, sizeof path);
     if (limit == 0 || least <= limit) {
-        err = rill_session_snapshot(x->s, path);
+        err = rill_session_snapshot_volatile(x->s, path); /* gone at restart anyway */
         struct stat fst;
         if (err == RILL_OK && stat(path, &fst) != 0) {
             err = rill__error(RILL_EIO, "sleep file %s: %s", path, strerror(errno));
