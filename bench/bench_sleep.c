@@ -328,11 +328,32 @@ static rill_sched_sid_t new_session(rill_sched_t *sch, const char *dir, const ch
 static int run_alive(const opts_t *o, const int32_t *text, int64_t n_text) {
     int32_t P = RILL_KV_PAGE_SIZE;
     int64_t res = ((16 + P - 1) / P + (o->window + P - 1) / P) * (int64_t)P; /* one window */
-    /* the scheduler keeps an eighth of the pool for forks: cells = awake windows * 8 / 7 */
-    int64_t cells = o->kv_cells > 0 ? o->kv_cells : (res * o->awake * 8 + 6) / 7 + 2 * P;
     engine_t e;
-    if (open_engine(o, cells, &e) != 0) {
+    if (open_engine(o, o->kv_cells > 0 ? o->kv_cells : res, &e) != 0) {
         return 1;
+    }
+    /* the scheduler keeps max(an eighth of the pool, two steps of max_batch) for forks */
+    int64_t need = res * o->awake, mb = rill_session_pool_max_batch(e.pool);
+    int64_t cells = (need * 8 + 6) / 7 + P;
+    cells = cells > need + 2 * mb + P ? cells : need + 2 * mb + P;
+    if (o->kv_cells > 0) {
+        cells = o->kv_cells;
+    } else {
+        rill_session_pool_params_t pp = rill_session_pool_default_params();
+        pp.tokenizer = e.tok;
+        pp.n_cells = cells;
+        rill_dtype_t k = RILL_DTYPE_F16, v = RILL_DTYPE_F16;
+        parse_type(o->ctk, &k);
+        parse_type(o->ctv, &v);
+        pp.kv_type = k;
+        pp.kv_type_v = (int32_t)v;
+        rill_session_pool_destroy(&e.pool);
+        if (rill_session_pool_new(e.fw, &pp, &e.pool) != RILL_OK) {
+            fprintf(stderr, "bench_sleep: a pool of %lld cells: %s\n", (long long)cells,
+                    rill_last_error(RILL_OK));
+            close_engine(&e);
+            return 1;
+        }
     }
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/rill-bench-sleep-XXXXXX", o->tmp);
@@ -343,6 +364,7 @@ static int run_alive(const opts_t *o, const int32_t *text, int64_t n_text) {
     rill_sched_params_t sp = rill_sched_default_params();
     sp.sleep_dir = dir;
     sp.max_sessions = o->sessions + 1;
+    sp.max_delay_ns = 0; /* no questions wait meanwhile: ingest in steps of max_batch */
     rill_sched_t *sch = NULL;
     if (rill_sched_new(e.pool, &sp, &sch) != RILL_OK) {
         fprintf(stderr, "bench_sleep: scheduler: %s\n", rill_last_error(RILL_OK));
@@ -438,6 +460,7 @@ static int run_wake_tier(const opts_t *o, engine_t *e, int tier, const int32_t *
     rill_sched_params_t sp = rill_sched_default_params();
     sp.sleep_dir = dir;
     sp.sleep_disk_bytes = tier == 0 ? 0 : 1;
+    sp.max_delay_ns = 0; /* one request at a time: steps of max_batch, the setup ingest too */
     rill_sched_t *sch = NULL;
     if (rill_sched_new(e->pool, &sp, &sch) != RILL_OK) {
         return 1;
@@ -458,7 +481,10 @@ static int run_wake_tier(const opts_t *o, engine_t *e, int tier, const int32_t *
             rc = 1;
             break;
         }
+        int64_t t_in = rill_now_ns();
         rill_sched_wait_idle(sch, 3600LL * 1000000000);
+        fprintf(stderr, "  context %d ingested in %.1f s\n", n,
+                (double)(rill_now_ns() - t_in) / 1e9);
         double wk[MAX_REPS], aw[MAX_REPS], rp[MAX_REPS];
         for (int r = 0; r < o->reps && rc == 0; r++) {
             rill_err_t err = rill_sched_session_sleep(sch, sid);
@@ -485,6 +511,12 @@ static int run_wake_tier(const opts_t *o, engine_t *e, int tier, const int32_t *
                 rc = aw[r] < 0 || rp[r] < 0 ? 1 : rc;
             }
             rc = wk[r] < 0 ? 1 : rc;
+            fprintf(stderr, "  context %d, %s tier, rep %d: wake %.0f ms", n,
+                    tier == 0 ? "snapshot" : "log", r + 1, wk[r]);
+            if (tier == 0) {
+                fprintf(stderr, ", awake %.0f ms, re-prefill %.0f ms", aw[r], rp[r]);
+            }
+            fprintf(stderr, "\n");
         }
         if (rc == 0) {
             rows[c].wake_ms[tier] = median(wk, o->reps);
@@ -551,6 +583,7 @@ static int run_wake(const opts_t *o, const int32_t *text, int64_t n_text) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
     opts_t o;
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: see the top of bench/bench_sleep.c\n");
