@@ -2,6 +2,7 @@
  * cmd_serve.c - `rill serve` (also run as `rilld`): the daemon (server/rill_server.h), and
  * `rill keygen`: a CURVE key pair for it or its clients.
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +103,51 @@ static int parse_model(const char *v, rill_server_model_t *out, char name[64]) {
     return 0;
 }
 
+/* "BYTES" or a size with a binary suffix (K, M, G, T; KB/KiB etc. alike): 0 or -1 (reported). */
+static int parse_size(const char *text, int64_t *out) {
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || errno != 0 || !(v >= 0)) {
+        fprintf(stderr, "rill serve: --sleep-disk: not a size: '%s'\n", text);
+        return -1;
+    }
+    double mult = 1;
+    const char *u = end;
+    switch (*u == '\0' ? '\0' : (char)(*u | 0x20)) {
+    case '\0':
+    case 'b':
+        break;
+    case 'k':
+        mult = 1024.0;
+        break;
+    case 'm':
+        mult = 1024.0 * 1024;
+        break;
+    case 'g':
+        mult = 1024.0 * 1024 * 1024;
+        break;
+    case 't':
+        mult = 1024.0 * 1024 * 1024 * 1024;
+        break;
+    default:
+        mult = -1;
+    }
+    if (mult > 1) {
+        u++;
+        u += (*u | 0x20) == 'i';
+    }
+    u += *u != '\0' && (*u | 0x20) == 'b';
+    if (mult < 0 || *u != '\0' || v * mult > 9.0e18) {
+        fprintf(stderr,
+                "rill serve: --sleep-disk: '%s' is not BYTES or a size like 512M, 20G, 1TiB\n",
+                text);
+        return -1;
+    }
+    *out = (int64_t)(v * mult);
+    return 0;
+}
+
 int cmd_serve(int argc, char **argv) {
     rill_server_params_t p = rill_server_default_params();
     const char *config = NULL, *fsync = "everysec", *attn = "flash";
@@ -110,7 +156,9 @@ int cmd_serve(int argc, char **argv) {
     int64_t threads = 0, kv_cells = p.kv_cells, hwm = p.hwm, max_msg = p.max_msg,
             window = p.default_window, sinks = p.default_sinks, max_sessions = p.max_sessions,
             max_delay = p.max_delay_ms, http_replay = p.http_replay,
-            http_stream_max = p.http_stream_max, standing_interval = p.standing_interval_ms;
+            http_stream_max = p.http_stream_max, standing_interval = p.standing_interval_ms,
+            sleep_idle = p.sleep_idle_s;
+    const char *sleep_disk = NULL;
     double tick_rate = p.tick_rate, standing_share = p.standing_share;
     bool insecure = false;
     int n_pos = 0;
@@ -169,6 +217,14 @@ int cmd_serve(int argc, char **argv) {
           "most share of engine time standing refreshes may take (decayed over ~2 s) before "
           "new ones wait, leaving the rest for ingest and questions (1: no cap)",
           0.001, 1 },
+        { "sleep-idle-s", NULL, CLI_INT, &sleep_idle,
+          "a session no request touched for this many seconds leaves RAM for its snapshot "
+          "(it wakes on its next request; 0: only when the KV budget is full); default 300",
+          0, 1e9 },
+        { "sleep-disk", NULL, CLI_STRING, &sleep_disk,
+          "most bytes of sleeping sessions' snapshots (BYTES or SIZE: 512M, 20G); past it the "
+          "coldest keep only their log and re-prefill on wake (default: no limit)",
+          1, 0 },
         { "hwm", NULL, CLI_INT, &hwm, "high-water mark of both sockets (messages)", 1, 1e7 },
         { "max-msg", NULL, CLI_INT, &max_msg, "largest request frame (bytes)", 1024, 1 << 30 },
         { "ready-file", NULL, CLI_STRING, &p.ready_file,
@@ -239,6 +295,10 @@ int cmd_serve(int argc, char **argv) {
     p.max_delay_ms = max_delay;
     p.standing_interval_ms = standing_interval;
     p.standing_share = standing_share;
+    p.sleep_idle_s = sleep_idle;
+    if (sleep_disk != NULL && parse_size(sleep_disk, &p.sleep_disk) != 0) {
+        return 2;
+    }
     p.http_replay = (int32_t)http_replay;
     p.http_stream_max = http_stream_max;
     p.tick_rate = tick_rate;

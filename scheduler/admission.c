@@ -9,7 +9,10 @@
  * prompt at INGEST class, the creation waits on the template's list (its reservation already
  * held) and becomes a fork of it once the prompt is evaluated (rill__sched_templates_ready
  * after each step). The template reserves its own pages and lives while a session made from
- * it (or a waiting creation) does.
+ * it (or a waiting creation) does. Reservations count awake sessions only: when a creation or a
+ * restore does not fit, least recently used sessions sleep first (sleep.c), and each session
+ * remembers the files that rebuild it (its log and the snapshot the log continues) for the
+ * log tier of sleeping.
  */
 #include <stdio.h>
 #include <string.h>
@@ -26,8 +29,7 @@ sess_t *rill__sched_find_sess(rill_sched_t *sch, rill_sched_sid_t id) {
     return NULL;
 }
 
-/* Pages a session of m with this window policy can occupy (as rill_session_new rounds it). */
-static int32_t reservation(const model_t *m, int32_t sinks, int32_t window) {
+int32_t rill__sched_reservation(const model_t *m, int32_t sinks, int32_t window) {
     int32_t P = m->P;
     if (window <= 0) {
         return rill__sched_ceil_div(m->n_ctx, P);
@@ -68,23 +70,42 @@ void rill__sched_close_sess(rill_sched_t *sch, sess_t *x) {
             break;
         }
     }
-    x->m->reserved -= x->reserved;
+    if (!x->asleep) {
+        x->m->reserved -= x->reserved;
+    }
     x->m->n_sessions--;
     sch->n_sessions--;
     rill_session_destroy(&x->s);
+    rill__sched_sleep_forget(sch, x); /* its sleep file, off the sleeping list, its paths */
     if (x->tmpl != NULL) {
         tmpl_release(sch, x->tmpl);
     }
     rill_free(x);
 }
 
+/* How a session is rebuilt from its files (the log tier of sleeping), and whether it is pinned.
+ */
+typedef struct durable {
+    const char *log, *base;
+    rill_session_fsync_t fsync;
+    bool pin;
+} durable_t;
+
 /* Registers s as a new session of m (admission already checked). */
 static rill_err_t add_sess(rill_sched_t *sch, model_t *m, rill_session_t *s, int32_t reserved,
-                           tmpl_t *t, rill_sched_end_watch_t *watch, rill_sched_sid_t *out) {
+                           tmpl_t *t, rill_sched_end_watch_t *watch, const durable_t *d,
+                           rill_sched_sid_t *out) {
     sess_t *x = rill_calloc(RILL_MEM_SCHEDULER, 1, sizeof *x);
     if (x == NULL) {
         return RILL_ENOMEM;
     }
+    if (!rill__sched_set_paths(x, d->log, d->base, d->fsync)) {
+        rill_free(x);
+        return RILL_ENOMEM;
+    }
+    x->pinned = d->pin;
+    x->tier = -1;
+    rill__sched_touch(sch, x);
     x->id = ++sch->next_sid;
     x->m = m;
     x->s = s;
@@ -106,13 +127,13 @@ static rill_err_t add_sess(rill_sched_t *sch, model_t *m, rill_session_t *s, int
     return RILL_OK;
 }
 
-static rill_err_t admit(rill_sched_t *sch, const model_t *m, int32_t need, cmd_t *c) {
+static rill_err_t admit(rill_sched_t *sch, model_t *m, int32_t need, cmd_t *c) {
     if (sch->n_sessions >= sch->prm.max_sessions) {
         sch->st.admission_rejects++;
         rill__sched_msg(c, "%d sessions open (max_sessions)", sch->n_sessions);
         return RILL_EFULL;
     }
-    if (m->reserved + need > budget(m)) {
+    if (m->reserved + need > budget(m) && !rill__sched_make_room(sch, m, need)) {
         sch->st.admission_rejects++;
         rill__sched_msg(c,
                         "KV budget of model %s: the session needs %d page(s) of %d positions, "
@@ -123,8 +144,11 @@ static rill_err_t admit(rill_sched_t *sch, const model_t *m, int32_t need, cmd_t
     return RILL_OK;
 }
 
-/* Opens the session's log (and the base snapshot of a shared-prompt session). */
-static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t *sp, cmd_t *c) {
+/* Opens the session's log (and the base snapshot of a shared-prompt session, whose path goes to
+ * base; "" when there is none). */
+static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t *sp, cmd_t *c,
+                           char *base, size_t base_cap) {
+    base[0] = '\0';
     if (sp->log_path == NULL) {
         return RILL_OK;
     }
@@ -142,6 +166,8 @@ static rill_err_t open_log(rill_session_t *s, const rill_sched_session_params_t 
         err = rill_session_snapshot(s, path);
         if (err != RILL_OK) {
             rill__sched_msg(c, "base snapshot %s: %s", path, rill_last_error(err));
+        } else {
+            snprintf(base, base_cap, "%s", path);
         }
     }
     return err;
@@ -154,15 +180,18 @@ static void create_from(rill_sched_t *sch, tmpl_t *t, cmd_t *c) {
     if (err != RILL_OK) {
         rill__sched_msg(c, "fork of the shared prompt: %s", rill_last_error(err));
     }
+    char base[4096];
     if (err == RILL_OK) {
-        err = open_log(s, c->u.create.sp, c);
+        err = open_log(s, c->u.create.sp, c, base, sizeof base);
     }
     if (err == RILL_OK) {
-        err = add_sess(sch, t->m, s, reservation(t->m, t->sinks, t->window), t,
-                       c->u.create.sp->end_watch, c->u.create.out);
+        const rill_sched_session_params_t *sp = c->u.create.sp;
+        durable_t d = { sp->log_path, base[0] != '\0' ? base : NULL, sp->fsync, sp->pin };
+        err = add_sess(sch, t->m, s, rill__sched_reservation(t->m, t->sinks, t->window), t,
+                       sp->end_watch, &d, c->u.create.out);
     }
     /* the reservation was taken when it waited; add_sess counted it again */
-    t->m->reserved -= reservation(t->m, t->sinks, t->window);
+    t->m->reserved -= rill__sched_reservation(t->m, t->sinks, t->window);
     if (err != RILL_OK) {
         rill_session_destroy(&s);
     } else {
@@ -185,7 +214,7 @@ static tmpl_t *find_template(rill_sched_t *sch, model_t *m, const rill_session_p
         }
     }
     int32_t tneed = rill__sched_ceil_div(pp->n_prompt, m->P);
-    if (m->reserved + need + tneed > budget(m)) {
+    if (m->reserved + need + tneed > budget(m) && !rill__sched_make_room(sch, m, need + tneed)) {
         c->err = admit(sch, m, need + tneed, c);
         return NULL;
     }
@@ -252,7 +281,7 @@ bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
         c->err = RILL_EINVAL;
         return true;
     }
-    int32_t need = reservation(m, pp->n_sink, pp->window);
+    int32_t need = rill__sched_reservation(m, pp->n_sink, pp->window);
     if ((c->err = admit(sch, m, need, c)) != RILL_OK) {
         return true;
     }
@@ -263,9 +292,11 @@ bool rill__sched_create(rill_sched_t *sch, cmd_t *c) {
             rill__sched_msg(c, "%s", rill_last_error(c->err));
             return true;
         }
-        c->err = open_log(s, sp, c);
+        char base[4096];
+        c->err = open_log(s, sp, c, base, sizeof base);
         if (c->err == RILL_OK) {
-            c->err = add_sess(sch, m, s, need, NULL, sp->end_watch, c->u.create.out);
+            durable_t d = { sp->log_path, base[0] != '\0' ? base : NULL, sp->fsync, sp->pin };
+            c->err = add_sess(sch, m, s, need, NULL, sp->end_watch, &d, c->u.create.out);
         }
         if (c->err != RILL_OK) {
             rill_session_destroy(&s);
@@ -328,18 +359,22 @@ void rill__sched_restore(rill_sched_t *sch, cmd_t *c) {
     }
     model_t *m = &sch->models[c->u.restore.model];
     rill_session_t *s = NULL;
-    c->err = rill_session_restore(m->pool, c->u.restore.snapshot, c->u.restore.log,
-                                  c->u.restore.fsync, &s);
+    do {
+        c->err = rill_session_restore(m->pool, c->u.restore.snapshot, c->u.restore.log,
+                                      c->u.restore.fsync, &s);
+        /* the pages are reserved by awake sessions: sleepers free them */
+    } while (c->err == RILL_EFULL && rill__sched_sleep_one(sch, m));
     if (c->err != RILL_OK) {
         rill__sched_msg(c, "%s", rill_last_error(c->err));
         return;
     }
     rill_session_stats_t st;
     rill_session_stats(s, &st);
-    int32_t need = reservation(m, st.n_sink_cfg, st.window_cfg);
+    int32_t need = rill__sched_reservation(m, st.n_sink_cfg, st.window_cfg);
     c->err = admit(sch, m, need, c);
     if (c->err == RILL_OK) {
-        c->err = add_sess(sch, m, s, need, NULL, NULL, c->u.restore.out);
+        durable_t d = { c->u.restore.log, c->u.restore.snapshot, c->u.restore.fsync, false };
+        c->err = add_sess(sch, m, s, need, NULL, NULL, &d, c->u.restore.out);
     }
     if (c->err != RILL_OK) {
         rill_session_destroy(&s);

@@ -8,7 +8,9 @@
  * (sch->wake_at, a timed wait on the `wake` condition, whose clock is CLOCK_MONOTONIC like
  * rill_now_ns) and is not idle meanwhile, so rill_sched_wait_idle() waits for the refresh.
  * After the passes of each loop it runs at most one recognizer step (speech.c); a feed wakes it
- * through sch->asr_kick, since a feed queues audio, not a command.
+ * through sch->asr_kick, since a feed queues audio, not a command. Then the sessions idle past
+ * the sleep time go to sleep (sleep.c), and the engine's wait ends no later than the next one's
+ * turn. A command that names a sleeping session wakes it (target()).
  *
  * Rejected: one lock per session with callers stepping sessions themselves (a step must see
  * every session, and the pool's free list is shared); a lock-free queue (commands are rare next
@@ -21,7 +23,23 @@
 #include "sched_internal.h"
 
 static void fill_info(rill_sched_t *sch, sess_t *x, rill_sched_session_info_t *o) {
+    if (x->asleep) {
+        *o = x->zzz; /* as it fell asleep (sleep.c) */
+        o->asleep = true;
+        o->pinned = x->pinned;
+        o->tier = x->tier;
+        o->sleep_bytes = x->sleep_bytes;
+        o->sleeps = x->sleeps;
+        o->wakes = x->wakes;
+        o->last_wake_ns = x->last_wake_ns;
+        return;
+    }
     memset(o, 0, sizeof *o);
+    o->pinned = x->pinned;
+    o->tier = -1;
+    o->sleeps = x->sleeps;
+    o->wakes = x->wakes;
+    o->last_wake_ns = x->last_wake_ns;
     o->model = x->m->index;
     rill_session_stats(x->s, &o->st);
     o->version = rill_session_seq(x->s);
@@ -44,9 +62,16 @@ static void fill_stats(rill_sched_t *sch, rill_sched_stats_t *o) {
     o->standing_share = rill__sched_share(sch, rill__sched_now());
     o->n_sessions = sch->n_sessions;
     o->backlog = 0;
+    o->awake = o->asleep = o->asleep_log = 0;
     for (const sess_t *x = sch->sessions; x != NULL; x = x->next) {
         o->backlog += rill_session_pending(x->s);
+        o->awake++;
     }
+    for (const sess_t *x = sch->sleeping; x != NULL; x = x->next) {
+        o->asleep++;
+        o->asleep_log += x->tier == RILL_SCHED_TIER_LOG;
+    }
+    o->sleep_disk_bytes = sch->sleep_disk;
     for (int32_t i = 0; i < sch->n_models; i++) {
         const model_t *m = &sch->models[i];
         o->reserved_pages += m->reserved;
@@ -74,17 +99,23 @@ static void fill_model_info(rill_sched_t *sch, const model_t *m, rill_sched_mode
     }
 }
 
-/* The session a session-addressed command names; NULL (reported to its caller) when there is
- * none. */
+/* The session a session-addressed command names, woken if asleep (except for info and close,
+ * which take it as it is: sleep.c); NULL (reported to its caller) when there is none or its
+ * wake failed. */
 static sess_t *target(rill_sched_t *sch, cmd_t *c, rill_sched_sid_t sid) {
-    sess_t *x = rill__sched_find_sess(sch, sid);
+    rill_err_t err = RILL_ENOTFOUND;
+    sess_t *x = c->kind == CMD_INFO || c->kind == CMD_CLOSE ? rill__sched_find_any(sch, sid)
+                                                            : rill__sched_use(sch, c, sid, &err);
     if (x == NULL) {
-        c->err = RILL_ENOTFOUND;
-        rill__sched_msg(c, "no session %llu", (unsigned long long)sid);
+        c->err = err;
+        const char *why = err == RILL_ENOTFOUND ? "no such session" : rill_last_error(err);
+        if (err == RILL_ENOTFOUND) {
+            rill__sched_msg(c, "no session %llu", (unsigned long long)sid);
+        }
         if (c->kind == CMD_INGEST && c->u.ingest.on_ack != NULL) {
-            c->u.ingest.on_ack(c->u.ingest.user, RILL_ENOTFOUND, "no such session");
+            c->u.ingest.on_ack(c->u.ingest.user, err, why);
         } else if (c->kind == CMD_REPLACE && c->u.replace.on_ack != NULL) {
-            c->u.replace.on_ack(c->u.replace.user, RILL_ENOTFOUND, -1, "no such session");
+            c->u.replace.on_ack(c->u.replace.user, err, -1, why);
         }
     }
     return x;
@@ -262,16 +293,22 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
             standing_list(sch, c, x);
         }
         break;
-    case CMD_LIST: {
+    case CMD_LIST: { /* awake and asleep, both in id (creation) order: merged */
         int64_t n = 0;
-        for (sess_t *y = sch->sessions; y != NULL; y = y->next, n++) {
+        for (sess_t *a = sch->sessions, *z = sch->sleeping; a != NULL || z != NULL; n++) {
+            sess_t **y = z == NULL || (a != NULL && a->id < z->id) ? &a : &z;
             if (n < c->u.list.cap) {
-                c->u.list.out[n] = y->id;
+                c->u.list.out[n] = (*y)->id;
             }
+            *y = (*y)->next;
         }
         c->u.list.n = n;
         break;
     }
+    case CMD_SLEEP:
+    case CMD_PIN:
+        rill__sched_sleep_cmd(sch, c);
+        break;
     case CMD_ASK:
     case CMD_TURN:
     case CMD_STANDING:
@@ -300,6 +337,12 @@ static void run_cmd(rill_sched_t *sch, cmd_t *c) {
         fill_model_info(sch, &sch->models[c->u.model_info.model], c->u.model_info.out);
         break;
     case CMD_ASR_ATTACH:
+        if (c->u.asr.a->consumer != 0) { /* a consumer is awake (and stays: sleep.c) */
+            rill_err_t err;
+            (void)rill__sched_use(sch, c, c->u.asr.a->consumer, &err);
+        }
+        rill__sched_asr_cmd(sch, c);
+        break;
     case CMD_ASR_DETACH:
     case CMD_ASR_STATS:
         rill__sched_asr_cmd(sch, c);
@@ -337,6 +380,9 @@ static void teardown(rill_sched_t *sch) {
     while (sch->sessions != NULL) {
         rill__sched_close_sess(sch, sch->sessions);
     }
+    while (sch->sleeping != NULL) {
+        rill__sched_close_sess(sch, sch->sleeping);
+    }
     rill__sched_templates_free(sch);
 }
 
@@ -369,6 +415,7 @@ void *rill__sched_engine(void *arg) {
         /* at most one recognizer step after the passes (rill_scheduler.h "speech
          * recognizers"): a question waits about one encode for it */
         worked = (!stop && rill__sched_speech_step(sch)) || worked;
+        int64_t sleep_due = stop ? 0 : rill__sched_sleep_idle(sch); /* sleep.c */
         pthread_mutex_lock(&sch->mu);
         release_finished(sch);
         if (stop) {
@@ -376,16 +423,20 @@ void *rill__sched_engine(void *arg) {
         }
         if (!worked && sch->head == NULL && !sch->stop && !sch->asr_kick) {
             int64_t t0 = rill__sched_now();
-            if (sch->wake_at == 0) { /* nothing to do until a command */
+            if (sch->wake_at == 0) { /* nothing to do until a command (or a session's sleep) */
                 sch->idle = true;
                 pthread_cond_broadcast(&sch->done);
-                while (sch->head == NULL && !sch->stop && !sch->asr_kick) {
-                    pthread_cond_wait(&sch->wake, &sch->mu);
+                struct timespec dl = { .tv_sec = (time_t)(sleep_due / 1000000000),
+                                       .tv_nsec = (long)(sleep_due % 1000000000) };
+                while (sch->head == NULL && !sch->stop && !sch->asr_kick &&
+                       (sleep_due == 0 ? pthread_cond_wait(&sch->wake, &sch->mu)
+                                       : pthread_cond_timedwait(&sch->wake, &sch->mu, &dl)) == 0) {
                 }
                 sch->idle = false;
             } else { /* a refresh the standing budget holds back: not idle, but asleep */
-                struct timespec dl = { .tv_sec = (time_t)(sch->wake_at / 1000000000),
-                                       .tv_nsec = (long)(sch->wake_at % 1000000000) };
+                int64_t at = sleep_due != 0 && sleep_due < sch->wake_at ? sleep_due : sch->wake_at;
+                struct timespec dl = { .tv_sec = (time_t)(at / 1000000000),
+                                       .tv_nsec = (long)(at % 1000000000) };
                 while (sch->head == NULL && !sch->stop && !sch->asr_kick &&
                        pthread_cond_timedwait(&sch->wake, &sch->mu, &dl) == 0) {
                 }

@@ -331,9 +331,11 @@ static void answer_cached(rill_sched_t *sch, req_t *hit, const cmd_t *c) {
 
 void rill__sched_submit(rill_sched_t *sch, cmd_t *c) {
     req_kind_t kind = req_kind_of(c->kind);
-    sess_t *x = rill__sched_find_sess(sch, c->u.ask.sid);
+    rill_err_t werr = RILL_OK;
+    sess_t *x = rill__sched_use(sch, NULL, c->u.ask.sid, &werr); /* woken if asleep: sleep.c */
     if (x == NULL) {
-        rill__sched_fail_async(c, RILL_ENOTFOUND, "no such session");
+        rill__sched_fail_async(c, werr,
+                               werr == RILL_ENOTFOUND ? "no such session" : rill_last_error(werr));
         return;
     }
     if (kind == REQ_ASK && !c->u.ask.sampled) { /* the cache holds greedy answers */

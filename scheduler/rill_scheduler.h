@@ -61,6 +61,39 @@
  * then fails a question with RILL_EFULL; a session's own data always fits its reservation, so
  * exhaustion never fails or corrupts ingest.
  *
+ * Sleeping sessions (params.sleep_dir). A session's pages may leave RAM while it is not used:
+ * the engine writes its snapshot to a sleep file (rill_session_snapshot), destroys the session
+ * (its log is synced and closed) and keeps only its id, counters and how to rebuild it. The next
+ * command that needs it - ingest, a question, a turn, a standing query's registration, a
+ * replace, a snapshot, its tokens; not rill_sched_session_info, which reports it asleep - wakes
+ * it first: rill_session_restore of the sleep file and the log after it, so the session is
+ * exactly what it was (bit for bit: same tokens, K/V bytes, logits, version, identity) and
+ * callers see no difference but the time. The cell budget counts awake sessions only: when a
+ * creation, a restore or a wake needs pages reserved that are not free, the least recently
+ * used awake sessions of that model sleep first (least recently: the oldest command that
+ * touched it). A session sleeps only when nothing is in flight on it: no open question, turn
+ * or speculation, its standing queries fresh and idle, no recognizer writing into it, not
+ * pinned (rill_sched_session_params_t.pin, rill_sched_session_pin); data queued on it is
+ * evaluated first, in one go, by the command that needs the room (a session that cannot sleep
+ * after all is passed over for the rest of that command and counts as just used). With
+ * sleep_idle_ns, sessions untouched that long (and with nothing queued) sleep too, without
+ * pressure; the engine's wait ends when the next one is due.
+ *
+ * Tiers. Sleep files together stay within sleep_disk_bytes: to make room the coldest sleepers
+ * that have an ingest log able to rebuild them (a log that starts at record 1, or continues the
+ * snapshot the session was restored from or the ".base" of a shared prompt) lose their sleep
+ * file, and such a session sleeping when no room can be made keeps only its log: its wake
+ * re-prefills the window from the log (rill_session_restore of base and log; replayed records
+ * recompute what they computed, see rill_session_restore). A session without such a log cannot
+ * sleep without room for its file (it stays awake; admission then fails with RILL_EFULL). A
+ * sleep file that cannot be written (RILL_EIO, ...) leaves a session with such a log in the log
+ * tier and any other awake (stats.sleep_errors). A sleep file found truncated or corrupt at
+ * wake (RILL_EFORMAT, RILL_ECORRUPT, RILL_ENOTFOUND, RILL_EUNSUPPORTED) is logged with its
+ * error, deleted and counted (stats.wake_fallbacks), and the session re-prefills from its log;
+ * without a log the command that woke it fails with that error (the session stays asleep). A
+ * wake that fails for memory or pages (RILL_ENOMEM, RILL_EFULL) fails the command that caused
+ * it and leaves the session asleep and intact; the next command tries again.
+ *
  * Shared prefixes. Sessions of one model created with the same system prompt and window policy
  * share the
  * prompt's pages: the first such creation evaluates the prompt once in a template session (at
@@ -214,6 +247,14 @@ typedef struct rill_sched_params {
     double standing_max_share;            /* most share of engine time refreshes may hold
                                              before no new one starts, in (0, 1] (1: no
                                              cap); default 0.5 ("Standing budget") */
+    /* Sleeping sessions ("Sleeping sessions" above): */
+    const char *sleep_dir;    /* folder (it must exist) of the sleep files "s<sid>.sleep";
+                                 copied (at most 3,800 bytes). NULL (default): sessions never
+                                 sleep, admission fails with RILL_EFULL as without sleeping */
+    int64_t sleep_idle_ns;    /* a session no command touched for this long sleeps (>= 0);
+                                 0 (default): only under memory pressure */
+    int64_t sleep_disk_bytes; /* most bytes of sleep files at once (>= 0); past it the coldest
+                                 sleepers keep only their ingest log. 0 (default): no limit */
 } rill_sched_params_t;
 
 /* Time constant of the standing share's decayed average ("Standing budget"): 2 s. */
@@ -329,6 +370,7 @@ typedef struct rill_sched_session_params {
      * position ("End-of-turn mass" above); borrowed: it must outlive the session (until
      * rill_sched_session_close returns or the scheduler is destroyed). */
     rill_sched_end_watch_t *end_watch;
+    bool pin; /* never sleeps ("Sleeping sessions"); default false */
 } rill_sched_session_params_t;
 
 /* Defaults: model 0, rill_session_default_params(), no log, RILL_SESSION_FSYNC_EVERYSEC, no end
@@ -363,11 +405,36 @@ typedef struct rill_sched_session_info {
     int32_t n_requests; /* open questions, turns and speculations on it */
     int32_t n_standing; /* registered standing queries */
     size_t held_text;   /* bytes of held-back text */
+    /* sleeping ("Sleeping sessions"); while asleep st, version and held_text are as the
+     * session fell asleep, and reserved_pages is what its wake will reserve */
+    bool asleep;
+    bool pinned;
+    int32_t tier;         /* asleep: RILL_SCHED_TIER_SNAPSHOT or _LOG; awake: -1 */
+    int64_t sleep_bytes;  /* bytes of its sleep file (0: none) */
+    int64_t sleeps;       /* times it fell asleep */
+    int64_t wakes;        /* times it woke */
+    int64_t last_wake_ns; /* duration of its latest wake (0: none) */
 } rill_sched_session_info_t;
+
+/* How a sleeping session comes back (rill_sched_session_info_t.tier). */
+#define RILL_SCHED_TIER_SNAPSHOT 0 /* its sleep file, then the log after it */
+#define RILL_SCHED_TIER_LOG      1 /* its ingest log alone: the window is re-prefilled */
 
 /* Fills *out. Errors: RILL_ENOTFOUND. Blocks. */
 rill_err_t rill_sched_session_info(rill_sched_t *sch, rill_sched_sid_t sid,
                                    rill_sched_session_info_t *out);
+
+/* Pins a session awake (pin true: it is woken now if asleep, and never sleeps until
+ * unpinned) or lets it sleep again (false). Errors: RILL_ENOTFOUND, and a wake's errors
+ * ("Sleeping sessions"). Blocks. */
+rill_err_t rill_sched_session_pin(rill_sched_t *sch, rill_sched_sid_t sid, bool pin);
+
+/* Puts a session to sleep now, as memory pressure would ("Sleeping sessions"; for tests,
+ * benchmarks and operators). Errors: RILL_ENOTFOUND, RILL_EUNSUPPORTED (no sleep_dir),
+ * RILL_EBUSY (pinned, or something in flight on it), RILL_EFULL (no room for its sleep file and
+ * no log to fall back on), and the sleep file's errors for a session without such a log. A
+ * session already asleep: RILL_OK. Blocks. */
+rill_err_t rill_sched_session_sleep(rill_sched_t *sch, rill_sched_sid_t sid);
 
 /* Evaluates the session's queued data, then snapshots it (rill_session_snapshot). Errors:
  * RILL_ENOTFOUND and those of the snapshot. Blocks (the engine does the evaluation in one go). */
@@ -753,9 +820,23 @@ typedef struct rill_sched_stats {
     rill_hist_t step_ns;         /* duration of each forward pass counted in steps (ns; so
                                     step_ns.count == steps): the time busy_ns sums, less that of
                                     passes stopped by preemption */
+    /* sleeping sessions ("Sleeping sessions"); n_sessions counts both */
+    int32_t awake, asleep;    /* sessions awake / asleep now */
+    int32_t asleep_log;       /* of the asleep, those in the log tier */
+    int64_t sleep_disk_bytes; /* bytes of sleep files now */
+    int64_t sleeps;           /* sessions put to sleep (pressure, idle time or asked) */
+    int64_t sleeps_idle;      /* of them, for idle time */
+    int64_t sleep_errors;     /* sleep files that could not be written */
+    int64_t wakes, wakes_log; /* wakes, and of them from the log alone */
+    int64_t wake_fallbacks;   /* sleep files found damaged at wake (re-prefilled instead) */
+    int64_t wake_errors;      /* wakes that failed (the session stayed asleep) */
+    int64_t tier_drops;       /* sleep files deleted to keep within sleep_disk_bytes */
+    rill_hist_t wake_ns;      /* duration of each wake (ns), both tiers */
+    rill_hist_t wake_log_ns;  /* of the log tier's wakes alone */
 } rill_sched_stats_t;
 
-/* Fills *out (a consistent copy taken between steps; about 16 KiB with its histogram). Blocks. */
+/* Fills *out (a consistent copy taken between steps; about 48 KiB with its histograms). Blocks.
+ */
 void rill_sched_stats(rill_sched_t *sch, rill_sched_stats_t *out);
 
 typedef struct rill_sched_model_info {

@@ -55,6 +55,8 @@ typedef enum cmd_kind {
     CMD_STATS,
     CMD_MODEL_INFO,
     CMD_TOKENS,
+    CMD_SLEEP, /* sleep.c */
+    CMD_PIN,
     CMD_ASR_ATTACH, /* speech.c */
     CMD_ASR_DETACH,
     CMD_ASR_STATS
@@ -94,6 +96,10 @@ typedef struct cmd {
             rill_sched_sid_t sid;
             const char *path;
         } snapshot;
+        struct { /* CMD_SLEEP, CMD_PIN */
+            rill_sched_sid_t sid;
+            bool pin;
+        } sleep;
         struct {
             rill_sched_sid_t *out;
             int64_t cap, n;
@@ -190,6 +196,18 @@ typedef struct sess {
     tmpl_t *tmpl;
     int32_t n_waiting;                 /* requests waiting for its queued data */
     rill_sched_end_watch_t *end_watch; /* borrowed, NULL: none (end_watch.c) */
+    /* sleeping (sleep.c) */
+    bool pinned;
+    bool asleep;     /* on sch->sleeping with s == NULL */
+    int32_t tier;    /* asleep: RILL_SCHED_TIER_*; the sleep file exists for TIER_SNAPSHOT */
+    uint64_t used;   /* sch->use_clock when a command last touched it (LRU order) */
+    int64_t used_ns; /* rill__sched_now() then (idle sleeping) */
+    char *log_path;  /* owned: its ingest log (NULL: none) */
+    char *base_path; /* owned: the snapshot its log continues (NULL: the log starts at 1) */
+    rill_session_fsync_t fsync;
+    int64_t sleep_bytes;           /* its sleep file's size (0: none) */
+    rill_sched_session_info_t zzz; /* the info as it fell asleep */
+    int64_t sleeps, wakes, last_wake_ns;
 } sess_t;
 
 typedef enum req_kind { REQ_ASK, REQ_TURN, REQ_STANDING, REQ_SPEC } req_kind_t;
@@ -284,6 +302,10 @@ struct rill_sched {
     _Atomic uint64_t next_rid;
     /* engine-thread state */
     sess_t *sessions;
+    sess_t *sleeping; /* asleep sessions (sleep.c), in id order; sessions holds the awake */
+    uint64_t use_clock;
+    int64_t sleep_disk;   /* bytes of sleep files now */
+    char sleep_dir[3840]; /* prm.sleep_dir's copy ("" : no sleeping) */
     tmpl_t *templates;
     req_t *reqs;
     uint64_t next_sid;
@@ -380,6 +402,44 @@ void rill__sched_templates_ready(rill_sched_t *sch);
 
 /* Fails the creations still waiting and frees every template (engine shutdown). */
 void rill__sched_templates_free(rill_sched_t *sch);
+
+/* Pages a session of m with this window policy reserves (as rill_session_new rounds it). */
+int32_t rill__sched_reservation(const model_t *m, int32_t sinks, int32_t window);
+
+/* ---- sleep.c ------------------------------------------------------------------------------- */
+
+/* The session id names, awake or asleep (NULL: none). */
+sess_t *rill__sched_find_any(rill_sched_t *sch, rill_sched_sid_t id);
+
+/* The session id names, awake: woken first when asleep and marked used (LRU). NULL when there is
+ * none (*err RILL_ENOTFOUND) or its wake failed (*err its error; the detail in rill_last_error
+ * and in c's message when c is not NULL). */
+sess_t *rill__sched_use(rill_sched_t *sch, cmd_t *c, rill_sched_sid_t id, rill_err_t *err);
+
+/* Marks x used now (LRU). */
+void rill__sched_touch(rill_sched_t *sch, sess_t *x);
+
+/* Sleeps least recently used sessions of m until need more pages fit its reservable budget.
+ * False when they cannot (nothing left that may sleep). */
+bool rill__sched_make_room(rill_sched_t *sch, model_t *m, int32_t need);
+
+/* One least recently used awake session of m that may sleep is put to sleep (to free pages a
+ * restore needs); false when there is none. */
+bool rill__sched_sleep_one(rill_sched_t *sch, model_t *m);
+
+/* Sleeps the sessions idle past prm.sleep_idle_ns; returns when the next one is due
+ * (rill__sched_now() clock; 0: none). */
+int64_t rill__sched_sleep_idle(rill_sched_t *sch);
+
+/* CMD_SLEEP and CMD_PIN. */
+void rill__sched_sleep_cmd(rill_sched_t *sch, cmd_t *c);
+
+/* Remembers how x is rebuilt from durable files (copies; false: out of memory). */
+bool rill__sched_set_paths(sess_t *x, const char *log_path, const char *base_path,
+                           rill_session_fsync_t fsync);
+
+/* Frees a sleeping session's sleep file and paths (closing or teardown). */
+void rill__sched_sleep_forget(rill_sched_t *sch, sess_t *x);
 
 /* ---- requests.c ---------------------------------------------------------------------------- */
 

@@ -28,7 +28,7 @@ int64_t rill__sched_now(void) {
 }
 
 void rill__sched_msg(cmd_t *c, const char *fmt, ...) {
-    if (c->msg == NULL || c->msglen == 0) {
+    if (c == NULL || c->msg == NULL || c->msglen == 0) {
         return;
     }
     va_list ap;
@@ -188,13 +188,16 @@ static bool resolve(rill_sched_params_t *p, model_t *models, int32_t n) {
             m->overflow >= m->n_pages || p->max_sessions < 1 ||
             (unsigned)p->model_steps > (unsigned)RILL_SCHED_TOP_MODEL ||
             p->standing_min_interval_ns < 0 ||
-            !(p->standing_max_share > 0 && p->standing_max_share <= 1)) {
+            !(p->standing_max_share > 0 && p->standing_max_share <= 1) || p->sleep_idle_ns < 0 ||
+            p->sleep_disk_bytes < 0 || (p->sleep_dir != NULL && strlen(p->sleep_dir) > 3800)) {
             RILL_LOGE("scheduler: invalid parameters for model %s (step %d of max %d, min_chunk "
                       "%d, overflow %d of %d pages, max_sessions %d, model_steps %d, standing "
-                      "interval %lld ns, standing share %g)",
+                      "interval %lld ns, standing share %g, sleep idle %lld ns, sleep disk %lld "
+                      "bytes, sleep_dir of at most 3800 bytes)",
                       m->name, m->step_tokens, m->max_batch, p->min_chunk, m->overflow, m->n_pages,
                       p->max_sessions, (int)p->model_steps, (long long)p->standing_min_interval_ns,
-                      p->standing_max_share);
+                      p->standing_max_share, (long long)p->sleep_idle_ns,
+                      (long long)p->sleep_disk_bytes);
             return false;
         }
     }
@@ -254,6 +257,8 @@ rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_mod
     }
     sch->prm = params != NULL ? *params : rill_sched_default_params();
     rill_hist_init(&sch->st.step_ns);
+    rill_hist_init(&sch->st.wake_ns);
+    rill_hist_init(&sch->st.wake_log_ns);
     sch->models = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->models);
     sch->order = rill_calloc(RILL_MEM_SCHEDULER, (size_t)n_models, sizeof *sch->order);
     if (sch->models == NULL || sch->order == NULL) {
@@ -278,6 +283,10 @@ rill_err_t rill_sched_new_models(const rill_sched_model_t *models, int32_t n_mod
         free_models(sch);
         rill_free(sch);
         return RILL_EINVAL;
+    }
+    if (sch->prm.sleep_dir != NULL) {
+        snprintf(sch->sleep_dir, sizeof sch->sleep_dir, "%s", sch->prm.sleep_dir);
+        sch->prm.sleep_dir = sch->sleep_dir;
     }
     atomic_init(&sch->next_rid, 1);
     atomic_init(&sch->preempt, 0);
@@ -404,6 +413,27 @@ rill_err_t rill_sched_session_restore(rill_sched_t *sch, int32_t model, const ch
     c.u.restore.log = log_path;
     c.u.restore.fsync = fsync;
     c.u.restore.out = out;
+    return rill__sched_call(sch, &c);
+}
+
+rill_err_t rill_sched_session_pin(rill_sched_t *sch, rill_sched_sid_t sid, bool pin) {
+    if (sch == NULL) {
+        return RILL_EINVAL;
+    }
+    cmd_t c;
+    cmd_init(&c, CMD_PIN);
+    c.u.sleep.sid = sid;
+    c.u.sleep.pin = pin;
+    return rill__sched_call(sch, &c);
+}
+
+rill_err_t rill_sched_session_sleep(rill_sched_t *sch, rill_sched_sid_t sid) {
+    if (sch == NULL) {
+        return RILL_EINVAL;
+    }
+    cmd_t c;
+    cmd_init(&c, CMD_SLEEP);
+    c.u.sleep.sid = sid;
     return rill__sched_call(sch, &c);
 }
 

@@ -337,6 +337,7 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
     sp.session.n_prompt = (int32_t)n_prompt;
     sp.log_path = logp;
     sp.fsync = s->p.fsync;
+    sp.pin = r->pin;
     x->asr_model = asr; /* for the metadata; the recognizer comes after */
     rill_err_t err = srv_session_create(s, &sp, &x->sid);
     rill_free(prompt);
@@ -435,8 +436,18 @@ static void do_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, s
     }
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 13);
+    msgpack_pack_map(&pk, 18);
     srv_speech_pack_stats(s, &pk, x);
+    srv_pk_str(&pk, "asleep");
+    info.asleep ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+    srv_pk_str(&pk, "pinned");
+    info.pinned ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
+    srv_pk_kv_str(&pk, "sleep_tier",
+                  !info.asleep                            ? "awake"
+                  : info.tier == RILL_SCHED_TIER_SNAPSHOT ? "snapshot"
+                                                          : "log");
+    srv_pk_kv_int(&pk, "wakes", info.wakes);
+    srv_pk_kv_dbl(&pk, "last_wake_ms", (double)info.last_wake_ns / 1e6);
     srv_pk_str(&pk, "transcript_only");
     if (x->sid == 0) {
         msgpack_pack_true(&pk);
@@ -596,8 +607,20 @@ static void do_server_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_
     }
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 25);
+    msgpack_pack_map(&pk, 37);
     srv_pk_kv_int(&pk, "sessions", n_sess);
+    srv_pk_kv_int(&pk, "sessions_awake", st.awake);
+    srv_pk_kv_int(&pk, "sessions_asleep", st.asleep);
+    srv_pk_kv_int(&pk, "sessions_asleep_log", st.asleep_log);
+    srv_pk_kv_int(&pk, "sleep_disk_bytes", st.sleep_disk_bytes);
+    srv_pk_kv_int(&pk, "sleeps", st.sleeps);
+    srv_pk_kv_int(&pk, "wakes", st.wakes);
+    srv_pk_kv_int(&pk, "wakes_log", st.wakes_log);
+    srv_pk_kv_int(&pk, "wake_fallbacks", st.wake_fallbacks);
+    srv_pk_kv_int(&pk, "wake_errors", st.wake_errors);
+    srv_pk_kv_int(&pk, "sleep_errors", st.sleep_errors);
+    srv_pk_kv_dbl(&pk, "wake_ms_p50", (double)rill_hist_quantile(&st.wake_ns, 0.5) / 1e6);
+    srv_pk_kv_dbl(&pk, "wake_ms_p99", (double)rill_hist_quantile(&st.wake_ns, 0.99) / 1e6);
     srv_pk_kv_int(&pk, "requests", s->requests);
     srv_pk_kv_int(&pk, "bad_requests", s->bad_requests);
     srv_pk_kv_int(&pk, "events", s->events);

@@ -240,6 +240,30 @@ int64_t srv_metrics_render(const srv_metrics_t *m, char *buf, size_t cap) {
     scalar(&o, "rill_standing_deferred_share_total", "counter",
            "Standing-query refreshes held back by the most share of engine time.",
            m->standing_deferred_share);
+    histogram(&o, "rill_wake_duration_seconds",
+              "Time a sleeping session took to wake (its snapshot or its log re-prefilled).",
+              &m->wake);
+    scalar(&o, "rill_sessions_awake", "gauge", "Sessions with their pages in RAM.",
+           m->sessions_awake);
+    scalar(&o, "rill_sessions_asleep", "gauge",
+           "Sessions asleep (pages on disk in their snapshot, or only in their log).",
+           m->sessions_asleep);
+    scalar(&o, "rill_sessions_asleep_log", "gauge",
+           "Sleeping sessions that keep only their log (past the sleep disk budget).",
+           m->sessions_asleep_log);
+    scalar(&o, "rill_sleep_disk_bytes", "gauge", "Bytes of sleeping sessions' snapshots.",
+           m->sleep_disk_bytes);
+    scalar(&o, "rill_sleeps_total", "counter", "Sessions put to sleep.", m->sleeps);
+    scalar(&o, "rill_wakes_total", "counter", "Sleeping sessions woken.", m->wakes);
+    scalar(&o, "rill_wakes_log_total", "counter", "Wakes that re-prefilled from the log.",
+           m->wakes_log);
+    scalar(&o, "rill_wake_fallbacks_total", "counter",
+           "Sleep snapshots found damaged at wake (re-prefilled from the log instead).",
+           m->wake_fallbacks);
+    scalar(&o, "rill_wake_errors_total", "counter",
+           "Wakes that failed (the session stayed asleep).", m->wake_errors);
+    scalar(&o, "rill_sleep_errors_total", "counter", "Sleep snapshots that could not be written.",
+           m->sleep_errors);
     scalar(&o, "rill_spec_tokens_computed_total", "counter",
            "Tokens evaluated on speculative branches.", m->spec_tokens_computed);
     scalar(&o, "rill_spec_tokens_kept_total", "counter", "Speculative tokens kept by commits.",
@@ -279,6 +303,17 @@ void srv_cmd_metrics(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     m->spec_tokens_computed = st->spec_tokens_computed;
     m->spec_tokens_kept = st->spec_tokens_kept;
     m->spec_tokens_wasted = st->spec_tokens_wasted;
+    m->wake = st->wake_ns;
+    m->sessions_awake = st->awake;
+    m->sessions_asleep = st->asleep;
+    m->sessions_asleep_log = st->asleep_log;
+    m->sleep_disk_bytes = st->sleep_disk_bytes;
+    m->sleeps = st->sleeps;
+    m->wakes = st->wakes;
+    m->wakes_log = st->wakes_log;
+    m->wake_fallbacks = st->wake_fallbacks;
+    m->wake_errors = st->wake_errors;
+    m->sleep_errors = st->sleep_errors;
     m->n_models = s->n_models;
     for (int32_t i = 0; i < s->n_models; i++) {
         srv_metrics_model_t *x = &m->models[i];

@@ -201,6 +201,9 @@ int srv_models_start(srv_t *s) {
     sp.standing_min_interval_ns = s->p.standing_interval_ms * 1000000;
     sp.standing_max_share = s->p.standing_share;
     sp.max_sessions = s->p.max_sessions;
+    sp.sleep_dir = s->sleep_dir;
+    sp.sleep_idle_ns = s->p.sleep_idle_s * 1000000000LL;
+    sp.sleep_disk_bytes = s->p.sleep_disk;
     err = rill_sched_new_models(ms, n_llm, &sp, &s->sch);
     if (err != RILL_OK) {
         RILL_LOGE("rilld: scheduler start-up failed: %s", rill_strerror(err));

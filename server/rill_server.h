@@ -91,6 +91,12 @@ typedef struct rill_server_params {
     rill_dtype_t kv_type_k;       /* K cache type of every model's pool: RILL_DTYPE_F16 (default),
                                      _F32, _Q8_0 or _Q4_0 (rill_session.h, kv_type) */
     rill_dtype_t kv_type_v;       /* V cache type, the same four; default RILL_DTYPE_F16 */
+    /* Sleeping sessions (scheduler/rill_scheduler.h "Sleeping sessions"; files under
+     * <state_dir>/sleep): */
+    int64_t sleep_idle_s; /* a session untouched this long sleeps; 0: only under memory
+                             pressure; default 300 */
+    int64_t sleep_disk;   /* most bytes of sleep files; past it the coldest keep only their
+                             log; 0 (default): no limit */
 } rill_server_params_t;
 
 /* The fixed question format (an answer ends at a blank line or a new "Question:"). */

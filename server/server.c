@@ -43,6 +43,8 @@ rill_server_params_t rill_server_default_params(void) {
                                    .max_delay_ms = 50,
                                    .standing_interval_ms = 250,
                                    .standing_share = 0.5,
+                                   .sleep_idle_s = 300,
+                                   .sleep_disk = 0,
                                    .attn = RILL_ATTN_FLASH,
                                    .kv_type_k = RILL_DTYPE_F16,
                                    .kv_type_v = RILL_DTYPE_F16,
@@ -58,7 +60,7 @@ static int start(srv_t *s) {
         RILL_LOGE("rilld: cannot create state directory %s: %s", p->state_dir, strerror(errno));
         return -1;
     }
-    if (srv_models_start(s) != 0) {
+    if (srv_sleep_dir_prepare(s) != 0 || srv_models_start(s) != 0) {
         return -1;
     }
     rill_tick_decoder_params_t tp = rill_tick_decoder_default_params();
@@ -107,6 +109,10 @@ static void shutdown_all(srv_t *s) {
             srv_speech_detach(s, x); /* before the models: recognizers use a model's whisper */
             if (x->sid == 0) {
                 continue; /* transcript-only: no state to keep */
+            }
+            rill_sched_session_info_t info;
+            if (rill_sched_session_info(s->sch, x->sid, &info) == RILL_OK && info.asleep) {
+                continue; /* its log (and the snapshot it continues) rebuild it: no wake */
             }
             char path[4096];
             srv_state_path(s, x->name, ".snap", path, sizeof path);

@@ -233,6 +233,7 @@ struct srv {
     rill_tick_decoder_t *tdec;
     rill_tick_t *ticks; /* [SRV_MAX_TICKS] */
     srv_sess_t *sessions;
+    char sleep_dir[4096]; /* "<state_dir>/sleep": sleeping sessions' files (state.c) */
     tomb_t *tombs;
     pend_t *pends;
     uint64_t next_name;
@@ -322,6 +323,9 @@ typedef struct srv_metrics {
     int64_t standing_refreshes, standing_abandoned, standing_cache_hits;
     int64_t standing_deferred_interval, standing_deferred_share;
     int64_t spec_tokens_computed, spec_tokens_kept, spec_tokens_wasted;
+    rill_hist_t wake; /* sleeping sessions' wakes (both tiers), ns */
+    int64_t sessions_awake, sessions_asleep, sessions_asleep_log, sleep_disk_bytes;
+    int64_t sleeps, wakes, wakes_log, wake_fallbacks, wake_errors, sleep_errors;
     int32_t n_models;
     srv_metrics_model_t models[RILL_SERVER_MAX_MODELS];
 } srv_metrics_t;
@@ -436,6 +440,11 @@ void srv_remove_files(srv_t *s, const char *name);
 
 /* Restores every session of the state directory (start-up). */
 void srv_restore_all(srv_t *s);
+
+/* Creates "<state_dir>/sleep" (s->sleep_dir) for the scheduler's sleep files and deletes what a
+ * previous run left there (sleepers do not outlive the process: their logs and snapshots do).
+ * -1 (logged) when it cannot be created. */
+int srv_sleep_dir_prepare(srv_t *s);
 
 /* ---- door_zmq.c ---------------------------------------------------------------------------- */
 

@@ -7,11 +7,14 @@
  *   NAME.meta        "owner window sinks model\n" (owner "-" for anonymous; a file without the
  *                    model, written before rilld had several, means the default model)
  *   NAME.standing    its standing queries, oldest first: "<max_tokens> <bytes>\n<bytes>\n" each
+ *   sleep/s<id>.sleep  a sleeping session's snapshot (scheduler: "Sleeping sessions"); emptied
+ *                    at start-up
  * Metadata and standing files are replaced atomically (temporary file, fsync, rename), so a
  * crash leaves the old or the new one. At start-up every NAME.meta is restored: snapshot, then
  * the log after it, into the model the metadata names.
  */
 #include <dirent.h>
+#include <sys/stat.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -203,6 +206,30 @@ static bool read_meta(srv_t *s, srv_sess_t *x) {
         srv_write_meta(s, x);
     }
     return true;
+}
+
+int srv_sleep_dir_prepare(srv_t *s) {
+    snprintf(s->sleep_dir, sizeof s->sleep_dir, "%s/sleep", s->p.state_dir);
+    if (mkdir(s->sleep_dir, 0700) != 0 && errno != EEXIST) {
+        RILL_LOGE("rilld: cannot create %s: %s", s->sleep_dir, strerror(errno));
+        return -1;
+    }
+    DIR *dir = opendir(s->sleep_dir);
+    if (dir == NULL) {
+        RILL_LOGE("rilld: cannot read %s: %s", s->sleep_dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n > 6 && strcmp(e->d_name + n - 6, ".sleep") == 0) {
+            char path[4400];
+            snprintf(path, sizeof path, "%s/%s", s->sleep_dir, e->d_name);
+            unlink(path);
+        }
+    }
+    closedir(dir);
+    return 0;
 }
 
 void srv_restore_all(srv_t *s) {

@@ -506,6 +506,14 @@ int64_t rill_session_version_at(const rill_session_t *s, int64_t len);
  * one page of host memory for the call. Blocks on copies and the file system. */
 rill_err_t rill_session_snapshot(rill_session_t *s, const char *path);
 
+/* As rill_session_snapshot(), the same file, written the same way (temporary file, rename) but
+ * with no fsync: not of s's log first, not of the file, not of its directory. So the file is
+ * whole or absent after a crash of the process, but a machine crash may leave it empty or old.
+ * For snapshots that need not outlive the process (a sleeping session's, which are deleted at
+ * start-up: rill_scheduler.h "Sleeping sessions"), where three fsyncs would cost more than the
+ * write. Errors: as rill_session_snapshot(), less the fsync ones. Blocks on copies and writes. */
+rill_err_t rill_session_snapshot_volatile(rill_session_t *s, const char *path);
+
 /* Rebuilds a session in pool p. With snapshot_path: loads the snapshot into fresh pages of p
  * (none shared). With log_path: then replays the log records after the session's sequence
  * number through the same apply as the calls that wrote them (replace records included),

@@ -126,7 +126,9 @@ static void put_history(writer_t *w, rill_session_t *s) {
     }
 }
 
-rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
+/* durable: fsync the log first, the file, and its directory after the rename (see
+ * rill_session_snapshot_volatile for the other way). */
+static rill_err_t snapshot(rill_session_t *s, const char *path, bool durable) {
     if (s == NULL) {
         return RILL_EINVAL;
     }
@@ -139,7 +141,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
                                   s->n_pend);
     }
     rill_session_pool_t *p = s->pool;
-    if (s->log != NULL) {
+    if (durable && s->log != NULL) {
         rill_err_t err = rill_session_sync_log(s);
         if (err != RILL_OK) {
             return err;
@@ -214,7 +216,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
         w_crc(&w);
     }
     w_put(&w, SNAP_END, 8);
-    if (w.failed || rill__io_fsync(fd, false) != 0) {
+    if (w.failed || (durable && rill__io_fsync(fd, false) != 0)) {
         err = rill__session_fail(s, rill__io_err(errno), "snapshot: writing %s: %s", tmp,
                                  strerror(errno));
         goto cleanup;
@@ -228,7 +230,7 @@ rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
     }
     /* The rename is done: the snapshot is at path. A failed directory fsync only means it might
      * not survive a power loss; report it, but there is no temporary file left to remove. */
-    if (rill__io_fsync_dir(path) != 0) {
+    if (durable && rill__io_fsync_dir(path) != 0) {
         err = rill__session_fail(s, RILL_EIO, "snapshot: fsync of the directory of %s: %s", path,
                                  strerror(errno));
     }
@@ -245,6 +247,14 @@ cleanup:
     rill_free(tmp);
     rill_free(buf);
     return err;
+}
+
+rill_err_t rill_session_snapshot(rill_session_t *s, const char *path) {
+    return snapshot(s, path, true);
+}
+
+rill_err_t rill_session_snapshot_volatile(rill_session_t *s, const char *path) {
+    return snapshot(s, path, false);
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */

@@ -5,6 +5,10 @@ rill_test(test_scheduler SOURCES test_scheduler.c LIBS rill_scheduler LABELS uni
 add_test(NAME test_scheduler_stress COMMAND test_scheduler --stress)
 set_tests_properties(test_scheduler_stress PROPERTIES TIMEOUT 900 LABELS "unit;concurrency"
                      ENVIRONMENT "CK_FORK=no" SKIP_RETURN_CODE 77)
+# Sessions that sleep (rill_scheduler.h "Sleeping sessions"): answers after a wake against an
+# engine whose sessions never sleep, both tiers, pins, idle time, the disk budget, and the
+# failure paths (injected write and allocation failures, damaged sleep files).
+rill_test(test_sched_sleep SOURCES test_sched_sleep.c LIBS rill_scheduler LABELS unit TIMEOUT 600)
 # The streaming transcript (scheduler/rill_transcript.h): pure logic, no model.
 rill_test(test_transcript SOURCES test_transcript.c LIBS rill_scheduler LABELS unit TIMEOUT 60)
 # The streaming recognizer (scheduler/rill_asr.h) with whisper-tiny.en on the espeak clip and a

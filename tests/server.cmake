@@ -1,14 +1,14 @@
 # rilld over loopback (tests/test_server.py): the command set and its errors, malformed frames,
-# CURVE ownership, a slow subscriber, restarts, --config. One CTest per test so that ctest -j runs them
-# side by side (each picks free ports and its own state directory). They need pyzmq and msgpack:
-# the project's .venv (scripts/setup.sh); without them, or without the default model, they skip.
+# CURVE ownership, a slow subscriber, restarts, --config, sleeping sessions. One CTest per test
+# so that ctest -j runs them side by side (each picks free ports and its own state directory).
+# They need pyzmq and msgpack: the project's .venv (scripts/setup.sh); without them, or without the default model, they skip.
 find_package(Python3 COMPONENTS Interpreter REQUIRED)
 if(EXISTS ${PROJECT_SOURCE_DIR}/.venv/bin/python)
     set(RILL_SERVER_TEST_PYTHON ${PROJECT_SOURCE_DIR}/.venv/bin/python)
 else()
     set(RILL_SERVER_TEST_PYTHON ${Python3_EXECUTABLE})
 endif()
-foreach(t commands malformed curve slow_subscriber restart config models replace)
+foreach(t commands malformed curve slow_subscriber restart config models replace sleep)
     add_test(NAME test_server_${t}
              COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server.py
                      $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})

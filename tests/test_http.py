@@ -365,12 +365,13 @@ def t_budget():
     """Shared prompts of completions reserve KV like sessions: with the budget full of
     sessions but one, completions with ever new system prompts still run (the idle shared
     prompt gives its reservation back), a client's session takes the place of an idle shared
-    prompt, and a full budget is a 429 that says so."""
+    prompt, and a full budget is a 429 that says so. The sessions are pinned awake: unpinned
+    ones would sleep to make room (test_server.py sleep) and the budget would never be full."""
     with tempfile.TemporaryDirectory() as tmp, daemon(tmp, "--window", "256", "--sinks", "16",
                                                       kv_cells=2048) as d:
         n = 0
         while True:
-            st, j, _ = call(d, "POST", "/v1/sessions", {"session": f"s{n}"})
+            st, j, _ = call(d, "POST", "/v1/sessions", {"session": f"s{n}", "pin": True})
             if st != 201:
                 assert st == 429 and j["error"]["code"] == "EFULL", (st, j)
                 assert "KV budget" in j["error"]["message"], j
@@ -383,8 +384,8 @@ def t_budget():
                {"messages": [{"role": "system", "content": "You are " + who + "."},
                              {"role": "user", "content": "Hi"}], "max_tokens": 3})
         # the last slot is an idle shared prompt's now: a client's session takes it back
-        ok(d, "POST", "/v1/sessions", {"session": "late"}, want=201)
-        st, j, _ = call(d, "POST", "/v1/sessions", {"session": "later"})
+        ok(d, "POST", "/v1/sessions", {"session": "late", "pin": True}, want=201)
+        st, j, _ = call(d, "POST", "/v1/sessions", {"session": "later", "pin": True})
         assert st == 429, (st, j)
 
 

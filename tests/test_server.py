@@ -1018,6 +1018,62 @@ def t_config():
         assert "no-such-option" in d.log(), d.log()
 
 
+def t_sleep():
+    """Sessions that sleep: with a KV budget of a few windows, sessions beyond it sleep (least
+    recently used first) and wake on their next ask with the answer they gave awake; a pinned
+    session never sleeps; server.stats, session.stats and the metrics count it; a restart
+    restores sleepers from their logs; a bad --sleep-disk stops rilld."""
+    names = [f"z{i}" for i in range(6)]
+    facts = {n: f"{n} keeps the number {100 + 7 * i}. The code of {n} is {chr(65 + i)}{i}. "
+             for i, n in enumerate(names)}
+    with tempfile.TemporaryDirectory() as tmp:
+        state = os.path.join(tmp, "state")
+        d = Rilld(state, "--sleep-disk", "64M", "--sleep-idle-s", "0", kv_cells=2048)
+        d.start()
+        c = Client(d)
+        first = {}
+        pinned = c.call("session.create", session="pinned", window=256, sinks=16, pin=True)
+        assert pinned["session"] == "pinned", pinned
+        c.call("ingest.text", session="pinned", text=FACTS, flush=True)
+        for n in names:
+            c.call("session.create", session=n, window=256, sinks=16)
+            c.call("ingest.text", session=n, text=facts[n], flush=True)
+            r = c.call("ask", session=n, question=f"What number does {n} keep?", max_tokens=8)
+            first[n] = (r["answer"], r["version"])
+        st = stats(c)
+        assert st["sessions"] == 7 and st["sessions_asleep"] >= 1, st
+        assert st["sessions_awake"] + st["sessions_asleep"] == 7, st
+        assert st["sleeps"] >= 1 and st["admission_rejects"] == 0, st
+        asleep = [n for n in names if c.call("session.stats", session=n)["asleep"]]
+        assert asleep and c.call("session.stats", session=asleep[0])["sleep_tier"] == \
+            "snapshot", asleep
+        for n in reversed(names):  # every one answers as it did awake (waking the sleepers)
+            r = c.call("ask", session=n, question=f"What number does {n} keep?", max_tokens=8)
+            assert (r["answer"], r["version"]) == first[n], (n, r, first[n])
+        st = stats(c)
+        assert st["wakes"] >= len(asleep) and st["wake_errors"] == 0, st
+        assert st["wake_ms_p50"] > 0, st
+        sp = c.call("session.stats", session="pinned")
+        assert sp["pinned"] and not sp["asleep"] and sp["wakes"] == 0, sp
+        text = c.call("server.metrics")["text"]
+        assert f"rill_wakes_total {st['wakes']}" in text, text
+        assert "rill_sessions_asleep " in text and "rill_wake_duration_seconds_count" in text
+        c.close()
+        assert d.stop() == 0
+        assert not any(f.endswith(".sleep") for f in os.listdir(os.path.join(state, "sleep")))
+        with Rilld(state, kv_cells=2048) as d2:  # restored: sleepers come back from their logs
+            c = Client(d2)
+            for n in names:
+                r = c.call("ask", session=n, question=f"What number does {n} keep?",
+                           max_tokens=8)
+                assert r["answer"] == first[n][0], (n, r, first[n])
+            c.close()
+        bad = Rilld(os.path.join(tmp, "state2"), "--sleep-disk", "12Q")
+        bad.start(expect_exit=True)
+        assert bad.proc.wait(30) == 2, "rilld accepted --sleep-disk 12Q"
+        assert "--sleep-disk" in bad.log(), bad.log()
+
+
 def t_replace():
     """ingest.replace: from a version on the text is another, the answer follows it, the log
     keeps it across a restart, and bad versions are refused without changing anything."""

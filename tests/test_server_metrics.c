@@ -47,6 +47,19 @@ static srv_metrics_t *figures(void) {
     m->spec_tokens_computed = 31;
     m->spec_tokens_kept = 32;
     m->spec_tokens_wasted = 33;
+    m->sessions_awake = 41;
+    m->sessions_asleep = 42;
+    m->sessions_asleep_log = 43;
+    m->sleep_disk_bytes = 44;
+    m->sleeps = 45;
+    m->wakes = 46;
+    m->wakes_log = 47;
+    m->wake_fallbacks = 48;
+    m->wake_errors = 49;
+    m->sleep_errors = 50;
+    rill_hist_init(&m->wake);
+    rill_hist_record(&m->wake, 3000000);   /* 3 ms */
+    rill_hist_record(&m->wake, 700000000); /* 0.7 s */
     m->n_models = 2;
     m->models[0] = (srv_metrics_model_t){ .name = "smol",
                                           .sessions = 3,
@@ -130,6 +143,24 @@ START_TEST(exact_lines_for_known_figures) {
     CK_LINE(t, "rill_spec_tokens_computed_total 31");
     CK_LINE(t, "rill_spec_tokens_kept_total 32");
     CK_LINE(t, "rill_spec_tokens_wasted_total 33");
+    CK_LINE(t, "# TYPE rill_sessions_awake gauge");
+    CK_LINE(t, "rill_sessions_awake 41");
+    CK_LINE(t, "rill_sessions_asleep 42");
+    CK_LINE(t, "rill_sessions_asleep_log 43");
+    CK_LINE(t, "rill_sleep_disk_bytes 44");
+    CK_LINE(t, "# TYPE rill_sleeps_total counter");
+    CK_LINE(t, "rill_sleeps_total 45");
+    CK_LINE(t, "rill_wakes_total 46");
+    CK_LINE(t, "rill_wakes_log_total 47");
+    CK_LINE(t, "rill_wake_fallbacks_total 48");
+    CK_LINE(t, "rill_wake_errors_total 49");
+    CK_LINE(t, "rill_sleep_errors_total 50");
+    CK_LINE(t, "# TYPE rill_wake_duration_seconds histogram");
+    CK_LINE(t, "rill_wake_duration_seconds_bucket{le=\"0.0025\"} 0");
+    CK_LINE(t, "rill_wake_duration_seconds_bucket{le=\"0.005\"} 1");
+    CK_LINE(t, "rill_wake_duration_seconds_bucket{le=\"1\"} 2");
+    CK_LINE(t, "rill_wake_duration_seconds_count 2");
+    CK_LINE(t, "rill_wake_duration_seconds_sum 0.703000000");
     /* the ttft histogram, whole: samples at or below each bound, +Inf all of them */
     const char *want = "# HELP rill_ttft_seconds Time from an ask's arrival to its first answer "
                        "token (asks answered).\n"
@@ -243,7 +274,7 @@ START_TEST(every_family_has_help_and_type) {
         ck_assert_msg(fam[0] != '\0' && strncmp(p, fam, strlen(fam)) == 0,
                       "sample outside its family %s: %.60s", fam, p);
     }
-    ck_assert_int_eq(families, 24);
+    ck_assert_int_eq(families, 35);
     free(t);
     free(m);
 }

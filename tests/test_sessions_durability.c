@@ -268,6 +268,71 @@ START_TEST(quantized_caches_snapshot_and_restore_bit_identical) {
 }
 END_TEST
 
+/* The whole file, malloc'ed (*n bytes). */
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    fseek(f, 0, SEEK_END);
+    *n = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc(*n + 1);
+    ck_assert_uint_eq(fread(b, 1, *n, f), *n);
+    fclose(f);
+    return b;
+}
+
+/* rill_session_snapshot_volatile writes the very bytes of rill_session_snapshot, with fewer file
+ * calls (no fsync of the log, the file or the folder), restores to the same state, and a failed
+ * write leaves neither the file nor a temporary one. */
+START_TEST(volatile_snapshots_are_the_same_file_without_fsync) {
+    rig_t g;
+    test_rig_params_t p = rig_params(MODEL, 1024, RILL_DTYPE_F16, RILL_KV_PAGE_SIZE);
+    test_rig_open(&g, &p);
+    const char *logp = test_path_in(g_dir, "v.log");
+    char durable[512], fast[512];
+    snprintf(durable, sizeof durable, "%s", test_path_in(g_dir, "d.snap"));
+    snprintf(fast, sizeof fast, "%s", test_path_in(g_dir, "v.snap"));
+    rill_session_t *s = new_session(&g, 16, 64);
+    ck_assert_int_eq(rill_session_open_log(s, logp, RILL_SESSION_FSYNC_EVERYSEC), RILL_OK);
+    int32_t t[150];
+    test_rand_tokens(test_rng(), t, 150, g.V);
+    ck_assert_int_eq(rill_session_append(s, t, 150), RILL_OK);
+    ck_assert_int_eq(rill_session_append_text(s, "some held text", 14), RILL_OK);
+    int64_t c0 = rill__session_io_calls();
+    ck_assert_int_eq(rill_session_snapshot(s, durable), RILL_OK);
+    int64_t c1 = rill__session_io_calls();
+    ck_assert_int_eq(rill_session_snapshot_volatile(s, fast), RILL_OK);
+    int64_t c2 = rill__session_io_calls();
+    ck_assert_int_ge((c1 - c0) - (c2 - c1), 2); /* the file's and the folder's fsyncs at least */
+    size_t nd = 0, nv = 0;
+    unsigned char *bd = slurp(durable, &nd), *bv = slurp(fast, &nv);
+    ck_assert_uint_eq(nd, nv);
+    ck_assert_mem_eq(bd, bv, nd);
+    free(bd);
+    free(bv);
+    state_t want, got;
+    test_state_capture(&g, s, &want);
+    rill_session_destroy(&s);
+    rill_session_t *r = restore_ok(&g, fast, logp, RILL_SESSION_FSYNC_NEVER);
+    test_state_capture(&g, r, &got);
+    state_equal(&g, &want, &got, "volatile snapshot -> restore");
+    test_state_free(&want);
+    test_state_free(&got);
+    unlink(fast);
+    for (int k = 1; k <= 3; k++) {
+        rill__session_io_fail_nth(k);
+        rill_err_t err = rill_session_snapshot_volatile(r, fast);
+        rill__session_io_fail_nth(0);
+        ck_assert_int_eq(err, RILL_EIO);
+        ck_assert_int_ne(access(fast, F_OK), 0);
+        ck_assert_int_eq(count_tmp_files(), 0);
+    }
+    rill_session_destroy(&r);
+    test_dir_clear(g_dir);
+    test_rig_close(&g);
+}
+END_TEST
+
 /* ---- log replay ----------------------------------------------------------------------------- */
 
 START_TEST(restore_and_replay_reach_the_uninterrupted_state) {
@@ -1168,6 +1233,7 @@ int main(void) {
     tcase_add_test(tc, sigkill_mid_ingest_loses_no_acknowledged_batch);
     tcase_add_test(tc, snapshot_destroy_restore_is_bit_identical);
     tcase_add_test(tc, quantized_caches_snapshot_and_restore_bit_identical);
+    tcase_add_test(tc, volatile_snapshots_are_the_same_file_without_fsync);
     tcase_add_test(tc, restore_and_replay_reach_the_uninterrupted_state);
     tcase_add_test(tc, torn_last_record_is_dropped);
     tcase_add_test(tc, corruption_before_the_tail_is_an_error);

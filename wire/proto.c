@@ -65,6 +65,7 @@ typedef enum arg {
     A_CHANNELS,
     A_SEQ,
     A_DATA,
+    A_PIN,
     A_COUNT
 } arg_t;
 
@@ -72,7 +73,7 @@ static const char *const k_arg[A_COUNT] = {
     "session",     "window",     "sinks", "system", "text",         "flush",  "ticks",
     "question",    "max_tokens", "qid",   "model",  "from_version", "prompt", "messages",
     "temperature", "top_p",      "seed",  "stop",   "consistency",  "asr",    "codec",
-    "rate",        "channels",   "seq",   "data"
+    "rate",        "channels",   "seq",   "data",   "pin"
 };
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
@@ -82,7 +83,8 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
                                     [A_SINKS] = 1,
                                     [A_SYSTEM] = 1,
                                     [A_MODEL] = 1,
-                                    [A_ASR] = 1 },
+                                    [A_ASR] = 1,
+                                    [A_PIN] = 1 },
     [RILL_PROTO_SESSION_CLOSE] = { [A_SESSION] = 2 },
     [RILL_PROTO_SESSION_LIST] = { 0 },
     [RILL_PROTO_SESSION_STATS] = { [A_SESSION] = 2 },
@@ -321,6 +323,12 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
         }
         r->flush = v->via.boolean;
         r->present |= RILL_PROTO_HAS_FLUSH;
+        return RILL_OK;
+    case A_PIN:
+        if (v->type != MSGPACK_OBJECT_BOOLEAN) {
+            return fail(msg, msglen, RILL_EFORMAT, "args.pin: must be a boolean");
+        }
+        r->pin = v->via.boolean;
         return RILL_OK;
     case A_TICKS: {
         if (v->type != MSGPACK_OBJECT_ARRAY) {

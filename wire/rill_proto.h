@@ -93,6 +93,7 @@ typedef struct rill_proto_req {
     unsigned present; /* RILL_PROTO_HAS_* */
     rill_proto_str_t session, text, question, system, model;
     bool flush;
+    bool pin; /* session.create: never sleeps (false when not given) */
     int64_t window, sinks;
     int32_t max_tokens;
     bool evaluated; /* ask: consistency "evaluated" (false: "acknowledged", the default) */
