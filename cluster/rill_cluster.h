@@ -50,7 +50,10 @@
  *
  * Memory: the handle owns its NATS connection, JetStream context, bucket handle and one record
  * buffer (grown to the largest record published); libnats allocates with its own allocator.
- * Our own allocations are charged to RILL_MEM_SERVER (cluster membership is rilld's).
+ * Our own allocations are charged to RILL_MEM_SERVER (cluster membership is rilld's). libnats
+ * also keeps process-wide state (its threads, timers) that outlives every handle; a program that
+ * is done with all of them may release it with libnats' nats_Close() (the tests do, so that the
+ * leak checker sees a clean exit).
  *
  * Thread safety: a rill_cluster_t is used by one thread at a time (libnats runs threads of its
  * own inside; none of them calls back into rill). A lease struct belongs to the thread using it.

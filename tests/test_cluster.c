@@ -12,11 +12,12 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -24,11 +25,10 @@
 
 #include <nats/nats.h>
 
+#include "rill_alloc.h"
 #include "rill_cluster.h"
 #include "rill_log.h"
 #include "test_util.h"
-
-extern char **environ;
 
 #define TTL_MS 600 /* short leases keep the suite fast; the logic does not depend on the value */
 
@@ -113,7 +113,22 @@ static void srv_start(srv_t *s) {
         argv[k++] = s->routes;
     }
     argv[k] = NULL;
-    ck_assert_int_eq(posix_spawn(&s->pid, g_server, NULL, NULL, (char *const *)argv, environ), 0);
+    /* fork rather than posix_spawn: the server must die with the suite (a sanitizer that halts
+     * skips every teardown), and must not hold the suite's output pipe (CTest would wait for it) */
+    fflush(NULL);
+    s->pid = fork();
+    ck_assert_int_ge(s->pid, 0);
+    if (s->pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, STDIN_FILENO);
+            dup2(null, STDOUT_FILENO);
+            dup2(null, STDERR_FILENO);
+        }
+        execv(g_server, (char *const *)argv);
+        _exit(127);
+    }
     for (int i = 0; i < 200 && !port_open(s->port); i++) {
         sleep_ms(50);
     }
@@ -207,7 +222,9 @@ static void publish_ok(rill_cluster_t *c, rill_cluster_lease_t *l, sent_t *sent,
     r->type = type;
     r->seq = (uint64_t)sent->n + 1;
     r->len = len;
-    memcpy(r->payload, payload, len);
+    if (len > 0) {
+        memcpy(r->payload, payload, len);
+    }
     rill_err_t err = rill_cluster_publish(c, l, type, r->seq, payload, len, &r->stream_seq);
     ck_assert_msg(err == RILL_OK, "publish %llu: %s", (unsigned long long)r->seq,
                   rill_last_error(err));
@@ -418,6 +435,38 @@ START_TEST(published_records_replay_exactly) {
     rill_cluster_destroy(&c2);
     rill_cluster_destroy(&c);
     ck_assert_ptr_null(c);
+}
+END_TEST
+
+START_TEST(allocation_failures_change_nothing) {
+    rill_cluster_params_t p = rill_cluster_default_params();
+    p.urls = g_one_url;
+    p.node = "n1";
+    p.timeout_ms = 1000;
+    p.lease_ttl_ms = TTL_MS;
+    for (int n = 1; n <= 2; n++) { /* the URL list's copy, the handle */
+        rill_cluster_t *c = (rill_cluster_t *)0x1;
+        rill_mem_fail_nth(n);
+        ck_assert_int_eq(rill_cluster_new(&p, &c), RILL_ENOMEM);
+        rill_mem_fail_nth(0);
+        ck_assert_ptr_null(c);
+    }
+    rill_cluster_t *c = connect_node(g_one_url, "n1", 1, TTL_MS);
+    rill_cluster_lease_t l = held_lease(c, "alloc");
+    sent_t *s = calloc(1, sizeof *s);
+    ck_assert_ptr_nonnull(s);
+    /* the record buffer cannot grow: nothing is published, the lease stays held */
+    rill_mem_fail_nth(1);
+    ck_assert_int_eq(rill_cluster_publish(c, &l, RILL_SESSION_REC_TEXT, 1, "lost", 4, NULL),
+                     RILL_ENOMEM);
+    rill_mem_fail_nth(0);
+    ck_assert(l.held && !l.fenced);
+    ck_assert_uint_eq(l.last_seq, 0);
+    replay_equals(c, "alloc", 0, s, 0);
+    publish_ok(c, &l, s, RILL_SESSION_REC_TEXT, "kept", 4);
+    replay_equals(c, "alloc", 0, s, 0);
+    free(s);
+    rill_cluster_destroy(&c);
 }
 END_TEST
 
@@ -730,6 +779,7 @@ int main(void) {
     tcase_set_timeout(one, 60);
     tcase_add_checked_fixture(one, one_setup, one_teardown);
     tcase_add_test(one, published_records_replay_exactly);
+    tcase_add_test(one, allocation_failures_change_nothing);
     tcase_add_test(one, replay_refuses_a_message_that_is_not_a_record);
     tcase_add_test(one, leases_renew_take_over_after_the_ttl_and_fence_the_old_owner);
     tcase_add_test(one, jetstream_refuses_an_owner_that_lost_the_race);
