@@ -481,6 +481,9 @@ rill_err_t rill_cluster_lease_acquire(rill_cluster_t *c, rill_cluster_lease_t *l
     l->seen_ns = rill_now_ns();
     snprintf(l->owner, sizeof l->owner, "%s", c->node);
     l->fenced = false;
+    if (ours && l->held) {
+        return RILL_OK; /* a renewal: this holder's publishes keep last_seq current */
+    }
     /* held only once the session's last record is known, so that the first publish is fenced by
      * it; on failure the revision stays ours and the next acquire renews it */
     l->held = false;
