@@ -60,6 +60,8 @@ apt_packages=(
     libfftw3-dev                        # the Whisper mel front end's FFT (forward/whisper_mel.c)
     pocketsphinx-testdata               # LibriVox clips: the speech tests' and bench/'s audio
     espeak-ng                           # synthesized speech: tools/ref_whisper.py's clip, turns
+    libnats-dev                         # NATS JetStream client: cluster/ (rilld's --nats)
+    nats-server                         # the JetStream servers tests/test_cluster.c starts
 )
 # bench/translate_eval.py's cascade baseline, the offline pipeline a user has today:
 # pocketsphinx_continuous (en-us models) for the speech, Apertium eng-spa for the translation;

@@ -546,6 +546,47 @@ rill_err_t rill_session_restore(rill_session_pool_t *p, const char *snapshot_pat
                                 const char *log_path, rill_session_fsync_t policy,
                                 rill_session_t **out);
 
+/* ---- records as bytes ------------------------------------------------------------------------
+ * One input record framed exactly as the ingest log frames it (docs/architecture.md, "Ingest
+ * log, version 1"), for carriers other than the log file (cluster/'s JetStream subjects): a
+ * RILL_SESSION_RECORD_HEADER-byte header (u32 CRC-32C of everything after it, u32 payload
+ * length, u32 type, u32 zero, u64 sequence number: the version the input made), then the
+ * payload. Little-endian. Pure functions; thread-safe. */
+
+#define RILL_SESSION_RECORD_HEADER 24
+
+/* Record types and their payloads (the log's). */
+typedef enum rill_session_record_type {
+    RILL_SESSION_REC_TOKENS = 1,   /* int32 token ids */
+    RILL_SESSION_REC_TEXT = 2,     /* the text bytes as given */
+    RILL_SESSION_REC_FLUSH = 3,    /* empty */
+    RILL_SESSION_REC_ROLLBACK = 4, /* int32 position */
+    RILL_SESSION_REC_REPLACE = 5,  /* u64 from_version, then the text bytes */
+    RILL_SESSION_REC_TEXT_END = 6  /* the text bytes, then the text ends (text + flush) */
+} rill_session_record_type_t;
+
+/* A parsed record. payload is borrowed from the parsed buffer. */
+typedef struct rill_session_record {
+    uint32_t type; /* rill_session_record_type_t */
+    uint64_t seq;  /* the version this input made */
+    const unsigned char *payload;
+    uint32_t len; /* bytes of payload */
+} rill_session_record_t;
+
+/* Writes into hdr the header of record (type, seq) whose payload is payload[0, len); the record
+ * is hdr followed by those bytes. Errors: RILL_EINVAL (NULL hdr, NULL payload with len > 0, a
+ * type not in rill_session_record_type_t), RILL_ERANGE (len above the log's largest record,
+ * 1 GiB); hdr is then unchanged. */
+rill_err_t rill_session_record_header(unsigned char hdr[RILL_SESSION_RECORD_HEADER], uint32_t type,
+                                      uint64_t seq, const void *payload, size_t len);
+
+/* Parses one whole record buf[0, n) into *out (payload pointing into buf). Checks the frame only:
+ * what a payload must hold is checked when the record is applied. Errors (*out unchanged):
+ * RILL_EINVAL (NULL), RILL_EFORMAT (shorter than the header, a length that is not n minus the
+ * header, a non-zero reserved field), RILL_ECORRUPT (checksum), RILL_EUNSUPPORTED (a type this
+ * build does not know). */
+rill_err_t rill_session_record_parse(const void *buf, size_t n, rill_session_record_t *out);
+
 #ifdef __cplusplus
 }
 #endif
