@@ -510,6 +510,9 @@ void srv_http_run(srv_t *s);
 /* The status page (server/status.html, embedded at build time). */
 extern const unsigned char srv_status_page[];
 extern const size_t srv_status_page_len;
+/* The captions page (server/captions.html, likewise): GET /captions/NAME. */
+extern const unsigned char srv_captions_page[];
+extern const size_t srv_captions_page_len;
 
 /* ---- json.c: JSON <-> msgpack for the HTTP door ------------------------------------------- */
 
