@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The live translation demo (issue 22; INTERFACES.md "Translation"): `scripts/run.sh translate
+# [FILE]` builds, then runs this. It starts rilld with the recognizer (whisper-tiny.en, set-up's)
+# and the language model (Qwen2.5-Coder-1.5B-Instruct from rill's model cache, fetched by
+# `scripts/setup.sh --translate`; RILL_MODEL=FILE for another instruct GGUF, e.g. the 0.5B),
+# serves the captions page at http://127.0.0.1:8080/captions/talk (RILL_HTTP=HOST:PORT moves
+# it), streams FILE (any format PyAV decodes) or the bundled recording at real time through
+# ingest.audio (demos/translate/stream.py), prints the captions as they come and a summary.
+#
+# The bundled recording is made here, deterministically, by espeak-ng (voice en-us, 150 words a
+# minute; the text is demos/translate/talk.txt) into build/translate_talk.wav: nothing binary is
+# committed. RILL_POLICY picks the policy (default local-agreement), RILL_ASR the recognizer.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${RILL_BUILD:-build}
+rilld=$build/cli/rilld
+[ -x "$rilld" ] || { echo "run.sh translate: $rilld is missing: build first (scripts/run.sh does)" >&2; exit 1; }
+py=python3
+[ -x .venv/bin/python ] && py=.venv/bin/python
+model=${RILL_MODEL:-${RILL_CACHE:-$HOME/.cache/rill}/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
+[ -f "$model" ] || { echo "run.sh translate: $model is missing: scripts/setup.sh --translate fetches it (or RILL_MODEL=FILE)" >&2; exit 1; }
+asr=${RILL_ASR:-models/whisper-tiny.en.gguf}
+[ -f "$asr" ] || { echo "run.sh translate: $asr is missing: run scripts/setup.sh" >&2; exit 1; }
+audio=${1:-}
+if [ -z "$audio" ]; then
+    audio=$build/translate_talk.wav
+    command -v espeak-ng >/dev/null || { echo "run.sh translate: espeak-ng is missing (scripts/setup.sh installs it)" >&2; exit 1; }
+    if [ ! -f "$audio" ] || [ demos/translate/talk.txt -nt "$audio" ]; then
+        espeak-ng -v en-us -s 150 -w "$audio" -f demos/translate/talk.txt
+    fi
+fi
+[ -f "$audio" ] || { echo "run.sh translate: $audio: no such file" >&2; exit 1; }
+http=${RILL_HTTP:-127.0.0.1:8080}
+state=$(mktemp -d /tmp/rill-translate-demo.XXXXXX)
+port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+req=tcp://127.0.0.1:$(port)
+ev=tcp://127.0.0.1:$(port)
+"$rilld" --model "llm=$model" --model "asr=$asr" --state "$state" --listen "$req" --events "$ev" \
+    --http "$http" --threads "$(nproc)" --ready-file "$state/ready" >"$state/rilld.log" 2>&1 &
+pid=$!
+stop() { kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null || true; rm -rf "$state"; }
+trap stop EXIT
+for _ in $(seq 1 1200); do
+    [ -s "$state/ready" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$state/rilld.log" >&2; exit 1; }
+    sleep 0.1
+done
+[ -s "$state/ready" ] || { echo "run.sh translate: rilld did not start" >&2; cat "$state/rilld.log" >&2; exit 1; }
+"$py" demos/translate/stream.py --connect "$req" --events "$ev" --http "$http" \
+    --policy "${RILL_POLICY:-local-agreement}" "$audio"
