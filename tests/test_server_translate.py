@@ -175,14 +175,19 @@ def t_stop():
                 send_all(c, name, rate, packets)
                 c.call("ingest.audio", session=name, flush=True)
             time.sleep(2.0)  # the recognizers commit, the translations draft
+            # bounds for a loaded machine and sanitizer builds: a close waits for a few engine
+            # passes (the recognizer's, the interrupted request's, the session's close), never
+            # for the translation's remaining work
             t0 = time.time()
             c.call("session.close", session="a")
-            assert time.time() - t0 < 30, time.time() - t0
+            print(f"session.close with its translation running: {time.time() - t0:.2f} s")
+            assert time.time() - t0 < 120, time.time() - t0
             assert c.call("session.list") == ["b"]
             c.close()
             t0 = time.time()
-            assert d.stop() == 0, d.log()
-            assert time.time() - t0 < 30, time.time() - t0
+            assert d.stop(timeout=150) == 0, d.log()
+            print(f"SIGTERM with a translation running: {time.time() - t0:.2f} s")
+            assert time.time() - t0 < 120, time.time() - t0
             assert "ERROR" not in d.log() or "translation" not in d.log(), d.log()
         finally:
             d.kill()

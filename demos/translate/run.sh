@@ -9,7 +9,8 @@
 #
 # The bundled recording is made here, deterministically, by espeak-ng (voice en-us, 150 words a
 # minute; the text is demos/translate/talk.txt) into build/translate_talk.wav: nothing binary is
-# committed. RILL_POLICY picks the policy (default local-agreement), RILL_ASR the recognizer.
+# committed. RILL_POLICY picks the policy (default local-agreement), RILL_ASR the recognizer,
+# RILL_INSTRUCTION the translation's instruction, RILL_PACE the pace (1: real time).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${RILL_BUILD:-build}
@@ -47,4 +48,5 @@ for _ in $(seq 1 1200); do
 done
 [ -s "$state/ready" ] || { echo "run.sh translate: rilld did not start" >&2; cat "$state/rilld.log" >&2; exit 1; }
 "$py" demos/translate/stream.py --connect "$req" --events "$ev" --http "$http" \
-    --policy "${RILL_POLICY:-local-agreement}" "$audio"
+    --policy "${RILL_POLICY:-local-agreement}" --pace "${RILL_PACE:-1}" \
+    ${RILL_INSTRUCTION:+--system "$RILL_INSTRUCTION"} "$audio"

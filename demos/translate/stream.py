@@ -8,7 +8,7 @@ the wall time from the transcript event that committed a caption's last source w
 caption; src_s and compute_s are the engine's records).
 
 Usage: stream.py --connect tcp://... --events tcp://... --http HOST:PORT [--policy NAME]
-                 [--session NAME] [--pace X] AUDIO
+                 [--system TEXT] [--session NAME] [--pace X] AUDIO
 AUDIO: a 16-bit WAV (read with the standard library) or anything PyAV decodes.
 """
 import argparse
@@ -23,6 +23,12 @@ import msgpack
 import zmq
 
 WORD = re.compile(r"[^ \t\n\r\v\f]+")  # words as rill counts them
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown(text):
+    """text for the terminal: control characters a model may write become '?'."""
+    return CONTROL.sub("?", text)
 
 
 def read_audio(path):
@@ -73,6 +79,7 @@ def main():
     ap.add_argument("--events", required=True)
     ap.add_argument("--http", required=True)
     ap.add_argument("--policy", default="local-agreement")
+    ap.add_argument("--system", help="the translation's instruction (default: rill's)")
     ap.add_argument("--session", default="talk")
     ap.add_argument("--pace", type=float, default=1.0, help="times real time (1: real time)")
     ap.add_argument("audio")
@@ -86,13 +93,16 @@ def main():
     sub.connect(a.events)
     sub.setsockopt(zmq.SUBSCRIBE, f"{a.session}/".encode())
     time.sleep(0.3)  # the subscription reaches rilld
-    c.call("session.create", session=a.session, model="llm", asr="asr", translate=a.policy)
+    create = dict(session=a.session, model="llm", asr="asr", translate=a.policy)
+    if a.system:
+        create["system"] = a.system
+    c.call("session.create", **create)
     print(f"captions page: http://{a.http}/captions/{a.session}", flush=True)
     print(f"streaming {a.audio} ({audio_s:.1f} s) at {a.pace:g}x real time, policy {a.policy}",
           flush=True)
 
     commit_at, delays, caps, transcript = [], [], [], []
-    last = {"src_words": -1, "end": False}
+    last = {"src_words": -1, "end": False, "final": False}
 
     def poll(timeout_ms):
         while sub.poll(timeout_ms):
@@ -100,10 +110,12 @@ def main():
             topic, payload = sub.recv_multipart()
             e = msgpack.unpackb(payload, raw=False)
             now = time.time()
+            if e["kind"] == "transcript":
+                last["final"] = last["final"] or e["final"]
             if e["kind"] == "transcript" and e["committed"]:
                 transcript.append(e["committed"])
                 commit_at.extend([now] * len(WORD.findall(e["committed"])))
-                print(f"  [en {e['audio_s']:6.1f} s] {e['committed'].strip()}", flush=True)
+                print(f"  [en {e['audio_s']:6.1f} s] {shown(e['committed'].strip())}", flush=True)
             elif e["kind"] == "translation":
                 if e["status"] != "OK":
                     print(f"  [es] error: {e['message']}", flush=True)
@@ -112,7 +124,7 @@ def main():
                 if 0 < e["src_words"] <= len(commit_at):
                     delays.append(now - commit_at[e["src_words"] - 1])
                 last.update(src_words=e["src_words"], end=e["segment_end"])
-                print(f"  [es {e['src_s']:6.1f} s] {e['emit']}", flush=True)
+                print(f"  [es {e['src_s']:6.1f} s] {shown(e['emit'])}", flush=True)
 
     step = int(rate * 0.02) * 2
     t0 = time.time()
@@ -136,7 +148,7 @@ def main():
         st = c.call("session.stats", session=a.session)
         tr, asr = st["translation"], st["asr"]
         words = len(commit_at)
-        if asr["finishes"] >= 1 and tr["queued_bytes"] == 0 and len(caps) == tr["emissions"] \
+        if last["final"] and asr["finishes"] >= 1 and tr["queued_bytes"] == 0 and len(caps) == tr["emissions"] \
                 and (words == 0 or (last["src_words"] == words and last["end"])):
             break
     wall = time.time() - t0
@@ -144,7 +156,7 @@ def main():
     print("\nsummary")
     print(f"  audio        {audio_s:.1f} s streamed in {wall:.1f} s")
     print(f"  transcript   {len(commit_at)} words: {''.join(transcript).strip()}")
-    print(f"  captions     {len(WORD.findall(text))} words in {len(caps)} emissions: {text}")
+    print(f"  captions     {len(WORD.findall(text))} words in {len(caps)} emissions: {shown(text)}")
     if delays:
         print(f"  caption delay after the words were recognized: median "
               f"{statistics.median(delays):.2f} s, max {max(delays):.2f} s")
