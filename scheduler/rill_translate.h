@@ -192,8 +192,10 @@ rill_err_t rill_translate_end_sentence(rill_translate_t *t);
 /* Reads newly committed transcript text of a streaming recognizer (the delta each update
  * commits, rill_asr_update_t.committed or rill_sched_asr_update_t.committed: words separated by
  * whitespace, a leading space allowed): each word is read as by rill_translate_word, and the
- * policy is stepped after it until it waits (as a caller of rill_translate_step would), so only
- * committed words drive the policy; a recognizer's tentative tail is not given here. A word that
+ * policy is stepped until it waits (as a caller of rill_translate_step would) after each run of
+ * words up to a sentence end and after the last word (the words of one delta were committed
+ * together: a draft between them would be outdated by the next), so only committed words drive
+ * the policy; a recognizer's tentative tail is not given here. A word that
  * ends a sentence (its last character, after any closing quotes or brackets, is '.', '?', '!',
  * or one of U+2026 "...", U+3002, U+FF1F, U+FF01) ends the segment and its turn is closed before
  * the next word (no draft is made on that word: the closing turn writes the rest); so does pause (a

@@ -23,8 +23,11 @@
  * completed words and cancels the question (rill_sched_cancel is callable from callbacks), whose
  * on_done then carries the tokens decoded.
  *
- * A streaming transcript (rill_translate_feed_text) is the same word loop a text file gets, with
- * the segment ended at sentence-ending punctuation or a pause the caller reports: the recognizer
+ * A streaming transcript (rill_translate_feed_text) is the word loop a text file gets, with the
+ * segment ended at sentence-ending punctuation or a pause the caller reports, and the policy
+ * stepped once per run of words a delta brings (up to a sentence end, or its end), not per word:
+ * those words were committed at the same moment, so a draft between them would only be outdated
+ * by the next word already in hand (wait-k would draft once per word for nothing). The recognizer
  * commits words only once two decodes agree, so a committed word is as final as a word of a
  * file, and the tentative tail is never read (a policy stepped on it would write words the
  * recognizer may take back, and emitted words cannot be). Feeding tentative words through
@@ -978,8 +981,11 @@ rill_err_t rill_translate_feed_text(rill_translate_t *t, const char *text, size_
         }
         if (ends_sentence(w, wl)) {
             (void)rill_translate_end_sentence(t);
+            err = drain_steps(t);
         }
-        err = drain_steps(t);
+    }
+    if (err == RILL_OK) {
+        err = drain_steps(t); /* the words after the last sentence end, read together */
     }
     if (err != RILL_OK) {
         return err;

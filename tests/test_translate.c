@@ -629,11 +629,17 @@ END_TEST
  */
 
 /* What a recognizer commits, delta by delta (split inside sentences, several sentences in one,
- * leading spaces as rill_asr_update_t gives them), and the same talk as sentences. */
+ * leading spaces as rill_asr_update_t gives them). */
 static const char *deltas[] = { "The cat sat",   " on the mat.",    " A bird sang in",
                                 " the tree! We", " walk \"home.\"", " The sun is warm" };
-static const char *as_sentences[] = { "The cat sat on the mat.", "A bird sang in the tree!",
-                                      "We walk \"home.\"", "The sun is warm" };
+/* The same words as runs: read together, the policy stepped after each (a delta's words up to a
+ * sentence end, or to the delta's end), the sentence ended first where it ends. */
+static const struct {
+    const char *words;
+    bool end;
+} runs[] = { { "The cat sat", false },    { "on the mat.", true }, { "A bird sang in", false },
+             { "the tree!", true },       { "We", false },         { "walk \"home.\"", true },
+             { "The sun is warm", false } };
 
 static void copy_rec(rec_t *dst, const rec_t *src) {
     memcpy(dst, src, sizeof *dst);
@@ -642,7 +648,7 @@ static void copy_rec(rec_t *dst, const rec_t *src) {
     }
 }
 
-/* The talk through feed_text (by_deltas) or word by word with the sentence ends said. */
+/* The talk through feed_text (by_deltas) or as its runs of words with the sentence ends said. */
 static void transcript_talk(rill_translate_policy_t policy, bool by_deltas, rec_t *out) {
     rig_t g;
     rig_open(&g);
@@ -667,21 +673,20 @@ static void transcript_talk(rill_translate_policy_t policy, bool by_deltas, rec_
         /* the utterance ends: the open segment is closed */
         ck_assert_int_eq(rill_translate_feed_text(t, "", 0, true, NULL), RILL_OK);
     } else {
-        /* each word read and the policy stepped; a sentence's last word ends it before the
-         * step (no draft on it: the closing turn writes the rest) */
-        for (size_t i = 0; i < sizeof as_sentences / sizeof as_sentences[0]; i++) {
+        /* the words of each delta read, the policy stepped after a sentence's last word (which
+         * ends it first: no draft on it, the closing turn writes the rest) and after the
+         * delta's last word */
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
             char buf[256];
-            snprintf(buf, sizeof buf, "%s", as_sentences[i]);
+            snprintf(buf, sizeof buf, "%s", runs[i].words);
             char *save = NULL;
-            char *w = strtok_r(buf, " ", &save);
-            while (w != NULL) {
+            for (char *w = strtok_r(buf, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save)) {
                 ck_assert_int_eq(rill_translate_word(t, w, strlen(w)), RILL_OK);
-                w = strtok_r(NULL, " ", &save);
-                if (w == NULL && i + 1 < sizeof as_sentences / sizeof as_sentences[0]) {
-                    ck_assert_int_eq(rill_translate_end_sentence(t), RILL_OK);
-                }
-                drain(t);
             }
+            if (runs[i].end) {
+                ck_assert_int_eq(rill_translate_end_sentence(t), RILL_OK);
+            }
+            drain(t);
         }
         ck_assert_int_eq(rill_translate_end_sentence(t), RILL_OK);
         drain(t);
