@@ -15,25 +15,29 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${RILL_BUILD:-build}
 rilld=$build/cli/rilld
-[ -x "$rilld" ] || { echo "run.sh translate: $rilld is missing: build first (scripts/run.sh does)" >&2; exit 1; }
+die() { echo "run.sh translate: $*" >&2; exit 1; }
+[ -x "$rilld" ] || die "$rilld is missing: build first (scripts/run.sh does)"
 py=python3
 [ -x .venv/bin/python ] && py=.venv/bin/python
 model=${RILL_MODEL:-${RILL_CACHE:-$HOME/.cache/rill}/models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf}
-[ -f "$model" ] || { echo "run.sh translate: $model is missing: scripts/setup.sh --translate fetches it (or RILL_MODEL=FILE)" >&2; exit 1; }
+[ -f "$model" ] ||
+    die "$model is missing: scripts/setup.sh --translate fetches it (or RILL_MODEL=FILE)"
 asr=${RILL_ASR:-models/whisper-tiny.en.gguf}
-[ -f "$asr" ] || { echo "run.sh translate: $asr is missing: run scripts/setup.sh" >&2; exit 1; }
+[ -f "$asr" ] || die "$asr is missing: run scripts/setup.sh"
 audio=${1:-}
 if [ -z "$audio" ]; then
     audio=$build/translate_talk.wav
-    command -v espeak-ng >/dev/null || { echo "run.sh translate: espeak-ng is missing (scripts/setup.sh installs it)" >&2; exit 1; }
+    command -v espeak-ng >/dev/null || die "espeak-ng is missing (scripts/setup.sh installs it)"
     if [ ! -f "$audio" ] || [ demos/translate/talk.txt -nt "$audio" ]; then
         espeak-ng -v en-us -s 150 -w "$audio" -f demos/translate/talk.txt
     fi
 fi
-[ -f "$audio" ] || { echo "run.sh translate: $audio: no such file" >&2; exit 1; }
+[ -f "$audio" ] || die "$audio: no such file"
 http=${RILL_HTTP:-127.0.0.1:8080}
 state=$(mktemp -d /tmp/rill-translate-demo.XXXXXX)
-port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+port() {
+    "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
 req=tcp://127.0.0.1:$(port)
 ev=tcp://127.0.0.1:$(port)
 "$rilld" --model "llm=$model" --model "asr=$asr" --state "$state" --listen "$req" --events "$ev" \
@@ -46,7 +50,7 @@ for _ in $(seq 1 1200); do
     kill -0 "$pid" 2>/dev/null || { cat "$state/rilld.log" >&2; exit 1; }
     sleep 0.1
 done
-[ -s "$state/ready" ] || { echo "run.sh translate: rilld did not start" >&2; cat "$state/rilld.log" >&2; exit 1; }
+[ -s "$state/ready" ] || { cat "$state/rilld.log" >&2; die "rilld did not start"; }
 "$py" demos/translate/stream.py --connect "$req" --events "$ev" --http "$http" \
     --policy "${RILL_POLICY:-local-agreement}" --pace "${RILL_PACE:-1}" \
     ${RILL_INSTRUCTION:+--system "$RILL_INSTRUCTION"} "$audio"

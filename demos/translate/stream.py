@@ -148,7 +148,8 @@ def main():
         st = c.call("session.stats", session=a.session)
         tr, asr = st["translation"], st["asr"]
         words = len(commit_at)
-        if last["final"] and asr["finishes"] >= 1 and tr["queued_bytes"] == 0 and len(caps) == tr["emissions"] \
+        if last["final"] and asr["finishes"] >= 1 and tr["queued_bytes"] == 0 \
+                and len(caps) == tr["emissions"] \
                 and (words == 0 or (last["src_words"] == words and last["end"])):
             break
     wall = time.time() - t0
