@@ -170,8 +170,9 @@ def t_stop():
         try:
             d.start()
             c = ts.Client(d)
-            for name in ("a", "b"):
+            for name in ("a", "b"):  # both before any audio: a create waits for engine passes
                 create(c, name, "la")
+            for name in ("a", "b"):
                 send_all(c, name, rate, packets)
                 c.call("ingest.audio", session=name, flush=True)
             time.sleep(2.0)  # the recognizers commit, the translations draft
