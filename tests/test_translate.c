@@ -911,6 +911,47 @@ START_TEST(arguments_are_checked) {
 }
 END_TEST
 
+/* Failed allocations inside feed_text: ENOMEM, and *used lets the caller resume with the rest
+ * of the delta, so no word is lost or read twice. */
+START_TEST(feed_text_failures_resume_exactly) {
+    rig_t g;
+    rig_open(&g);
+    static rec_t r;
+    rec_init(&r, RILL_TRANSLATE_WAIT_K, 2);
+    rill_translate_params_t p = params(&g, RILL_TRANSLATE_WAIT_K, &r);
+    p.k = 2;
+    rill_translate_t *t = NULL;
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    const char *delta = " one two. three";
+    const size_t len = strlen(delta);
+    int failures = 0;
+    for (int j = 1; j < 80; j++) {
+        size_t used = 0;
+        rill_mem_fail_nth(j);
+        rill_err_t err = rill_translate_feed_text(t, delta, len, j % 5 == 0, &used);
+        rill_mem_fail_nth(0);
+        ck_assert_msg(err == RILL_OK || err == RILL_ENOMEM, "%s", rill_last_error(err));
+        ck_assert_uint_le(used, len);
+        if (err != RILL_OK) {
+            failures++;
+            /* the rest of the delta (and its pause), and any step still owed */
+            ck_assert_int_eq(
+                rill_translate_feed_text(t, delta + used, len - used, j % 5 == 0, &used), RILL_OK);
+        } else {
+            ck_assert_uint_eq(used, len);
+        }
+        rill_translate_stats_t st;
+        rill_translate_stats(t, &st);
+        ck_assert_int_eq(st.src_words, 3 * j);
+        (void)rill_sched_wait_idle(g.sch, 30 * SEC);
+    }
+    ck_assert_int_gt(failures, 3);
+    ck_assert_msg(r.bad == 0, "%s", r.why);
+    rill_translate_destroy(&t);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(failed_allocations_leave_nothing) {
     rig_t g;
     rig_open(&g);
@@ -979,6 +1020,7 @@ int main(void) {
     tcase_add_test(tc, an_interrupt_stops_the_caller);
     tcase_add_test(tc, arguments_are_checked);
     tcase_add_test(tc, failed_allocations_leave_nothing);
+    tcase_add_test(tc, feed_text_failures_resume_exactly);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);
