@@ -22,7 +22,10 @@
  *   auth.c      CURVE keys and the ZAP handler
  *
  * Threads: everything in srv_t belongs to the socket thread, except the event queue (events.c:
- * the engine thread is its only producer) and the scheduler (thread-safe).
+ * the engine thread is its only producer), the translation emissions list (translation.c: the
+ * translation workers push, the socket thread drains) and the scheduler (thread-safe). A
+ * translation worker touches only its own srv_tl_t (its queue under its mutex) and its
+ * rill_translate_t.
  */
 #ifndef RILL_SERVER_INTERNAL_H
 #define RILL_SERVER_INTERNAL_H
