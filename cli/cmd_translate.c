@@ -24,9 +24,10 @@
  *
  * Output. --json: one line per emission {"emit", "src_words", "compute_s"} (--audio: {"emit",
  * "src_s", "src_words", "compute_s"}), then {"final": true, "text", "compute_s"} (--audio: with
- * "src_s"); the whole translation is kept here for that final line (it is the program's output
- * and grows with the talk; the session's memory does not). Without --json the words are printed
- * as they are emitted, a line per sentence, and a summary goes to stderr.
+ * "src_s" and "transcript", the recognizer's committed text); the whole translation (and
+ * transcript) is kept here for that final line (it is the program's output and grows with the
+ * talk; the session's memory does not). Without --json the words are printed as they are
+ * emitted, a line per sentence, and a summary goes to stderr.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -64,6 +65,8 @@ typedef struct out {
     bool audio;        /* --audio: the records carry src_s */
     int64_t audio_fed; /* 16 kHz samples the recognizer has consumed */
     int64_t asr_ns;    /* the recognizer's step time so far */
+    char *src;         /* --audio: the committed transcript (the final line's "transcript") */
+    size_t src_len, src_cap;
 } out_t;
 
 /* Bytes of the valid UTF-8 sequence at s[0, n), or 0 when it is not one (overlong forms,
@@ -117,6 +120,26 @@ static void json_str(FILE *f, const char *s, size_t n) {
         }
     }
     fputc('"', f);
+}
+
+/* Appends s[0, n) to *p (NUL-ended); false when out of memory (nothing appended). */
+static bool buf_grow(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap < 256 ? 256 : *cap;
+        while (c < *len + n + 1) {
+            c *= 2;
+        }
+        char *g = rill_realloc(RILL_MEM_OTHER, *p, c);
+        if (g == NULL) {
+            return false;
+        }
+        *p = g;
+        *cap = c;
+    }
+    memcpy(*p + *len, s, n);
+    *len += n;
+    (*p)[*len] = '\0';
+    return true;
 }
 
 static bool text_add(out_t *o, const char *s, size_t n) {
@@ -259,6 +282,16 @@ static int asr_step(speech_t *sp, rill_translate_t *t, out_t *o, bool finish) {
     if (err != RILL_OK) {
         fprintf(stderr, "rill translate: recognizer: %s\n", rill_last_error(err));
         return 1;
+    }
+    if (u.committed_len > 0) {
+        const char *c = u.committed;
+        size_t n = u.committed_len;
+        if (o->src_len == 0 && c[0] == ' ') {
+            c++, n--;
+        }
+        if (!buf_grow(&o->src, &o->src_len, &o->src_cap, c, n)) {
+            o->oom = true;
+        }
     }
     err = rill_translate_feed_text(t, u.committed, u.committed_len, finish, NULL);
     if (err != RILL_OK) {
@@ -547,7 +580,9 @@ int cmd_translate(int argc, char **argv) {
             fputs("{\"final\": true, \"text\": ", stdout);
             json_str(stdout, o.text != NULL ? o.text : "", o.len);
             if (o.audio) {
-                printf(", \"src_s\": %.3f", (double)o.audio_fed / RILL_AUDIO_RATE);
+                printf(", \"src_s\": %.3f, \"transcript\": ",
+                       (double)o.audio_fed / RILL_AUDIO_RATE);
+                json_str(stdout, o.src != NULL ? o.src : "", o.src_len);
             }
             printf(", \"compute_s\": %.3f}\n", compute_s);
         }
@@ -570,6 +605,7 @@ done:
     local_close(&l);
     speech_close(&sp);
     rill_free(o.text);
+    rill_free(o.src);
     if (f != NULL) {
         fclose(f);
     }

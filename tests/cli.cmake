@@ -42,7 +42,7 @@ if(TARGET rill_scheduler)
         add_test(NAME test_translate_audio
                  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_translate_audio.py
                  $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
-        set_tests_properties(test_translate_audio PROPERTIES TIMEOUT 600 LABELS "integration"
+        set_tests_properties(test_translate_audio PROPERTIES TIMEOUT 900 LABELS "integration"
                              SKIP_RETURN_CODE 77)
     endif()
 endif()
