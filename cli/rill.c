@@ -29,7 +29,8 @@ static const command_t commands[] = {
     { "transcribe", cmd_transcribe, "speech to text from a file or the microphone (Whisper)" },
 #endif
 #ifdef RILL_HAVE_TRANSLATE
-    { "translate", cmd_translate, "simultaneous translation of text, English to Spanish" },
+    { "translate", cmd_translate,
+      "simultaneous translation of text or speech, English to Spanish" },
 #endif
 #ifdef RILL_HAVE_SERVER
     { "serve", cmd_serve, "run the daemon (rilld): sessions over ZeroMQ, docs/protocol.md" },

@@ -61,7 +61,8 @@
  * (rill_sched_stats busy_ns, so it counts every session's work on the engine: exact when the
  * talk is the engine's only work, as in `rill translate`), for computation-aware latency.
  *
- * Thread safety: one thread at a time. Every call except the getters blocks on the scheduler
+ * Thread safety: one thread at a time (except rill_translate_interrupt, any thread). Every call
+ * except the getters and rill_translate_interrupt blocks on the scheduler
  * (engine passes, forward passes of drafts and turns); none may be made from a scheduler
  * callback. Callbacks (on_emit, on_draft) run on the calling thread, inside the call that
  * produced them.
@@ -187,6 +188,33 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
 /* Ends the current segment (a sentence): the next rill_translate_step() closes its turn. No-op
  * on a segment without words. Never fails on a valid t (RILL_EINVAL for NULL). */
 rill_err_t rill_translate_end_sentence(rill_translate_t *t);
+
+/* Reads newly committed transcript text of a streaming recognizer (the delta each update
+ * commits, rill_asr_update_t.committed or rill_sched_asr_update_t.committed: words separated by
+ * whitespace, a leading space allowed): each word is read as by rill_translate_word, and the
+ * policy is stepped until it waits (as a caller of rill_translate_step would) after each run of
+ * words up to a sentence end and after the last word (the words of one delta were committed
+ * together: a draft between them would be outdated by the next), so only committed words drive
+ * the policy; a recognizer's tentative tail is not given here. A word that
+ * ends a sentence (its last character, after any closing quotes or brackets, is '.', '?', '!',
+ * or one of U+2026 "...", U+3002, U+FF1F, U+FF01) ends the segment and its turn is closed before
+ * the next word (no draft is made on that word: the closing turn writes the rest); so does pause (a
+ * long pause or the end of the utterance, as the caller judges: after the words, the open segment,
+ * if it has words, is ended and closed). text may be empty (len 0) to give only a pause.
+ * Abbreviations ("Mr.") end a segment too: the recognizer's punctuation is taken as it is. *used
+ * (optional) gets the bytes of text consumed: len on success; on error up to the end of the last
+ * word read (words read stay read; a step that failed is retried by the next call or
+ * rill_translate_step, and an ended segment stays ended). Errors: RILL_EINVAL (NULL t, text NULL
+ * with len > 0; nothing read), those of rill_translate_word and rill_translate_step. Blocks. */
+rill_err_t rill_translate_feed_text(rill_translate_t *t, const char *text, size_t len, bool pause,
+                                    size_t *used);
+
+/* Interrupts the translation from any thread: the request in flight (a draft or a turn) is
+ * cancelled at the engine's next step, and every later call on t that would put work to the
+ * engine returns RILL_ECANCELED at once (rill_translate_destroy still closes the session). For
+ * a daemon's worker that must stop promptly. Idempotent; NULL-safe. Thread-safe: the one call
+ * on t that may be made while another thread is inside a call on it. Never blocks. */
+void rill_translate_interrupt(rill_translate_t *t);
 
 /* Does the next piece of work the policy wants: a draft (and its emission) or the turn that
  * closes an ended segment (and the emission of the rest). Returns RILL_OK when it did some,

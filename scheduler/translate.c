@@ -23,6 +23,20 @@
  * completed words and cancels the question (rill_sched_cancel is callable from callbacks), whose
  * on_done then carries the tokens decoded.
  *
+ * A streaming transcript (rill_translate_feed_text) is the word loop a text file gets, with the
+ * segment ended at sentence-ending punctuation or a pause the caller reports, and the policy
+ * stepped once per run of words a delta brings (up to a sentence end, or its end), not per word:
+ * those words were committed at the same moment, so a draft between them would only be outdated
+ * by the next word already in hand (wait-k would draft once per word for nothing). The recognizer
+ * commits words only once two decodes agree, so a committed word is as final as a word of a
+ * file, and the tentative tail is never read (a policy stepped on it would write words the
+ * recognizer may take back, and emitted words cannot be). Feeding tentative words through
+ * rill_translate_replace was rejected for that reason: it costs drafts on words that change.
+ *
+ * Interrupt. A daemon's worker thread blocks in these calls; rill_translate_interrupt (any
+ * thread) sets a flag every entry point checks and cancels the request in flight, whose rid is
+ * published in an atomic while the caller waits, so the worker returns within one engine step.
+ *
  * Rejected: turn-boundary eviction (sessions/ evicts whole pages when the window is full; a
  * sessions change to cut at a chosen token would make every eviction a page copy, for a fragment
  * of an old turn the model reads past anyway); re-translating the segment's prefix from scratch
@@ -32,6 +46,7 @@
 
 #include <ctype.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +110,9 @@ struct rill_translate {
     char msg[256];
     int32_t need, complete;
     bool in_word;
+    /* rill_translate_interrupt (any thread) */
+    atomic_bool stop;
+    _Atomic(rill_sched_rid_t) in_flight; /* 0: none */
     /* time */
     rill_sched_stats_t *st;
     int64_t busy0;
@@ -331,17 +349,28 @@ static rill_err_t run_request(rill_translate_t *t, bool turn, int32_t n_max, int
     t->in_word = false;
     t->n_ans = 0;
     rill_sched_rid_t rid = 0;
+    if (atomic_load(&t->stop)) {
+        return rill__error(RILL_ECANCELED, "translation: interrupted");
+    }
     rill_err_t err =
         turn ? rill_sched_turn(t->sch, t->sid, &q, &rid) : rill_sched_ask(t->sch, t->sid, &q, &rid);
     if (err != RILL_OK) {
         return err;
+    }
+    atomic_store(&t->in_flight, rid);
+    if (atomic_load(&t->stop)) { /* an interrupt that did not see the rid */
+        (void)rill_sched_cancel(t->sch, rid);
     }
     pthread_mutex_lock(&t->mu);
     while (!t->done) {
         pthread_cond_wait(&t->cv, &t->mu);
     }
     pthread_mutex_unlock(&t->mu);
+    atomic_store(&t->in_flight, 0);
     refresh_compute(t);
+    if (atomic_load(&t->stop)) {
+        return rill__error(RILL_ECANCELED, "translation: interrupted");
+    }
     if (t->status == RILL_ECANCELED && t->cancelled) {
         return RILL_OK;
     }
@@ -673,6 +702,9 @@ rill_err_t rill_translate_step(rill_translate_t *t) {
     if (t == NULL) {
         return rill__error(RILL_EINVAL, "NULL translation");
     }
+    if (atomic_load(&t->stop)) {
+        return rill__error(RILL_ECANCELED, "translation: interrupted");
+    }
     rill_err_t err = feed_tail(t);
     if (err != RILL_OK) {
         return err;
@@ -726,6 +758,9 @@ rill_err_t rill_translate_word(rill_translate_t *t, const char *word, size_t len
             return rill__error(RILL_EINVAL, "translation: whitespace in a word");
         }
     }
+    if (atomic_load(&t->stop)) {
+        return rill__error(RILL_ECANCELED, "translation: interrupted");
+    }
     rill_err_t err = feed_tail(t);
     if (err != RILL_OK) {
         return err;
@@ -773,6 +808,9 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
         return rill__error(RILL_EUNSUPPORTED,
                            "translation: revisions need a byte-level BPE vocabulary (this one "
                            "is SentencePiece)");
+    }
+    if (atomic_load(&t->stop)) {
+        return rill__error(RILL_ECANCELED, "translation: interrupted");
     }
     if (from_word < t->seg_start || t->ended) {
         return rill__error(RILL_ERANGE,
@@ -863,6 +901,114 @@ rill_err_t rill_translate_replace(rill_translate_t *t, int64_t from_word, const 
     t->stats.revisions++;
     /* the replace holds back its text's unstable end: end it so drafts see every word */
     return rill_sched_ingest_text(t->sch, t->sid, "", 0, true, NULL);
+}
+
+/* ---- a streaming transcript ------------------------------------------------------------------
+ */
+
+/* Whether word[0, len) ends a sentence: its last character, past closing quotes and brackets,
+ * is sentence-ending punctuation (see rill_translate_feed_text). */
+static bool ends_sentence(const char *word, size_t len) {
+    static const char *const closers[] = { "\"",
+                                           "'",
+                                           ")",
+                                           "]",
+                                           "}",
+                                           "\xc2\xbb" /* >> */,
+                                           "\xe2\x80\x9d" /* right double quote */,
+                                           "\xe2\x80\x99" /* right single quote */ };
+    static const char *const enders[] = { ".",
+                                          "?",
+                                          "!",
+                                          "\xe2\x80\xa6" /* ... */,
+                                          "\xe3\x80\x82" /* ideographic full stop */,
+                                          "\xef\xbc\x9f" /* fullwidth ? */,
+                                          "\xef\xbc\x81" /* fullwidth ! */ };
+    bool more = true;
+    while (more && len > 0) {
+        more = false;
+        for (size_t i = 0; i < sizeof closers / sizeof closers[0]; i++) {
+            size_t n = strlen(closers[i]);
+            if (len > n && memcmp(word + len - n, closers[i], n) == 0) {
+                len -= n;
+                more = true;
+                break;
+            }
+        }
+    }
+    for (size_t i = 0; i < sizeof enders / sizeof enders[0]; i++) {
+        size_t n = strlen(enders[i]);
+        if (len >= n && memcmp(word + len - n, enders[i], n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Steps until the policy waits. */
+static rill_err_t drain_steps(rill_translate_t *t) {
+    for (;;) {
+        rill_err_t err = rill_translate_step(t);
+        if (err == RILL_EAGAIN) {
+            return RILL_OK;
+        }
+        if (err != RILL_OK) {
+            return err;
+        }
+    }
+}
+
+rill_err_t rill_translate_feed_text(rill_translate_t *t, const char *text, size_t len, bool pause,
+                                    size_t *used) {
+    if (used != NULL) {
+        *used = 0;
+    }
+    if (t == NULL || (text == NULL && len > 0)) {
+        return rill__error(RILL_EINVAL, "NULL argument");
+    }
+    size_t pos = 0;
+    const char *w;
+    size_t wl;
+    /* a step owed from an earlier call (a failed draft, an ended segment) comes first */
+    rill_err_t err = drain_steps(t);
+    while (err == RILL_OK && text != NULL && next_word(text, len, &pos, &w, &wl)) {
+        err = rill_translate_word(t, w, wl);
+        if (err != RILL_OK) {
+            break;
+        }
+        if (used != NULL) {
+            *used = pos;
+        }
+        if (ends_sentence(w, wl)) {
+            (void)rill_translate_end_sentence(t);
+            err = drain_steps(t);
+        }
+    }
+    if (err == RILL_OK) {
+        err = drain_steps(t); /* the words after the last sentence end, read together */
+    }
+    if (err != RILL_OK) {
+        return err;
+    }
+    if (used != NULL) {
+        *used = len;
+    }
+    if (pause) {
+        (void)rill_translate_end_sentence(t);
+        err = drain_steps(t);
+    }
+    return err;
+}
+
+void rill_translate_interrupt(rill_translate_t *t) {
+    if (t == NULL) {
+        return;
+    }
+    atomic_store(&t->stop, true);
+    rill_sched_rid_t rid = atomic_load(&t->in_flight);
+    if (rid != 0) {
+        (void)rill_sched_cancel(t->sch, rid);
+    }
 }
 
 /* ---- life -------------------------------------------------------------------------------------
@@ -984,6 +1130,8 @@ rill_err_t rill_translate_new(rill_sched_t *sch, const rill_translate_params_t *
     }
     pthread_mutex_init(&t->mu, NULL);
     pthread_cond_init(&t->cv, NULL);
+    atomic_init(&t->stop, false);
+    atomic_init(&t->in_flight, 0);
     t->sch = sch;
     t->p = *p;
     t->spm = rill_tokenizer_kind(p->tok) == RILL_TOKENIZER_SPM;

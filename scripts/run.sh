@@ -12,8 +12,20 @@
 # data version, context, pushed answers and their age, question latency, then what re-prefilling
 # the context for one question costs a stateless server. Extra arguments go to the demo, e.g.
 #   scripts/run.sh --duration 20 --sessions 2      scripts/run.sh --csv my-ticks.csv
+#
+# `scripts/run.sh translate [FILE]` runs the live translation demo instead
+# (demos/translate/run.sh): set-up with --translate (the translation models), then rilld
+# transcribes and translates FILE or a bundled espeak-ng recording at real time, serving the
+# captions page at http://127.0.0.1:8080/captions/talk, and prints a summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = translate ]; then
+    shift
+    scripts/setup.sh --translate >/dev/null
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+    cmake --build build -j "$(nproc)" >/dev/null
+    exec demos/translate/run.sh "$@"
+fi
 scripts/setup.sh >/dev/null
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$(nproc)" >/dev/null

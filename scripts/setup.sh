@@ -54,12 +54,13 @@ apt_packages=(
     libsoxr-dev                         # resampling any rate to 16 kHz (ingest/audio_resample.c)
     libmicrohttpd-dev libjansson-dev    # rilld's HTTP front end (server/door_http.c)
     prometheus                          # promtool checks GET /metrics in the tests
-    chromium chromium-driver            # the status page's browser test
+    chromium chromium-driver            # the status and captions pages' browser tests
     curl                                # the HTTP tests drive rilld with curl too
     python3 python3-venv python3-pip    # tools/ and the model download
     libfftw3-dev                        # the Whisper mel front end's FFT (forward/whisper_mel.c)
     pocketsphinx-testdata               # LibriVox clips: the speech tests' and bench/'s audio
-    espeak-ng                           # synthesized speech: tools/ref_whisper.py's clip, turns
+    espeak-ng                           # synthesized speech: ref_whisper.py's clip, turns, the
+                                        # translation demo's recording and tests' clips
     libnats-dev                         # NATS JetStream client: cluster/ (rilld's --nats)
     nats-server                         # the JetStream servers tests/test_cluster.c starts
 )

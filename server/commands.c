@@ -267,6 +267,51 @@ static void create_transcript_only(srv_t *s, const srv_call_t *c, const rill_pro
     srv_reply_send(s, &c->from);
 }
 
+/* session.create with translate: a transcript-only recognizer of asr and a translation on the
+ * language model `model` (server/translation.c; not persisted, like transcript-only sessions).
+ * system is the translation's instruction, window its window; sinks are the instruction. */
+static void create_translation(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r,
+                               const char *name, int32_t model, int32_t asr) {
+    if (r->present & RILL_PROTO_HAS_SINKS) {
+        srv_reply_err(s, &c->from, r->id, RILL_EINVAL,
+                      "a translation session's sinks are its instruction (system): sinks is not "
+                      "taken with translate");
+        return;
+    }
+    srv_sess_t *x = srv_new_sess(s);
+    if (x == NULL) {
+        srv_reply_err(s, &c->from, r->id, RILL_ENOMEM, "out of memory");
+        return;
+    }
+    snprintf(x->name, sizeof x->name, "%s", name);
+    snprintf(x->owner, sizeof x->owner, "%s", c->owner);
+    x->model = model;
+    char msg[RILL_ERR_DETAIL];
+    rill_err_t err = srv_translation_start(s, x, r, msg, sizeof msg);
+    if (err == RILL_OK) {
+        const char *why = "";
+        if ((err = srv_speech_attach(s, x, asr, &why)) != RILL_OK) {
+            snprintf(msg, sizeof msg, "recognizer: %s", why);
+            srv_translation_stop(s, x);
+        }
+    }
+    if (err != RILL_OK) {
+        srv_free_sess(x);
+        srv_reply_err(s, &c->from, r->id, err, msg);
+        return;
+    }
+    srv_link_sess(s, x);
+    msgpack_packer pk;
+    srv_reply_begin(s, &pk, r->id, RILL_OK, "");
+    msgpack_pack_map(&pk, 4);
+    srv_pk_kv_str(&pk, "session", x->name);
+    srv_pk_kv_str(&pk, "model", s->models[model].name);
+    srv_pk_kv_str(&pk, "asr", s->models[asr].name);
+    srv_pk_str(&pk, "translate");
+    srv_pk_strn(&pk, r->translate.p, r->translate.len);
+    srv_reply_send(s, &c->from);
+}
+
 static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) {
     char name[RILL_PROTO_MAX_NAME + 1];
     if (!pick_name(s, c, r, name, sizeof name)) {
@@ -290,6 +335,19 @@ static void do_create(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r) 
             srv_reply_err(s, &c->from, r->id, asr < 0 ? RILL_ENOTFOUND : RILL_EINVAL, msg);
             return;
         }
+    }
+    if (r->present & RILL_PROTO_HAS_TRANSLATE) {
+        if (asr < 0) {
+            srv_reply_err(s, &c->from, r->id, RILL_EINVAL,
+                          s->models[model].is_asr
+                              ? "args.translate: name the language model that translates "
+                                "(model: NAME) and the recognizer (asr: NAME)"
+                              : "args.translate: a translation session needs a recognizer "
+                                "(asr: NAME, a Whisper model)");
+            return;
+        }
+        create_translation(s, c, r, name, model, asr);
+        return;
     }
     if (s->models[model].is_asr) {
         create_transcript_only(s, c, r, name, model);
@@ -376,6 +434,7 @@ static void do_close(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, s
     /* its recognizer first (its last updates are published), then pending requests of it end
      * through the engine (ECANCELED) */
     srv_speech_detach(s, x);
+    srv_translation_stop(s, x);
     rill_err_t err = x->sid != 0 ? rill_sched_session_close(s->sch, x->sid) : RILL_OK;
     srv_events_drain(s);
     for (srv_sess_t **pp = &s->sessions; *pp != NULL; pp = &(*pp)->next) {
@@ -436,8 +495,9 @@ static void do_stats(srv_t *s, const srv_call_t *c, const rill_proto_req_t *r, s
     }
     msgpack_packer pk;
     srv_reply_begin(s, &pk, r->id, RILL_OK, "");
-    msgpack_pack_map(&pk, 18);
+    msgpack_pack_map(&pk, 19);
     srv_speech_pack_stats(s, &pk, x);
+    srv_translation_pack_stats(x, &pk);
     srv_pk_str(&pk, "asleep");
     info.asleep ? msgpack_pack_true(&pk) : msgpack_pack_false(&pk);
     srv_pk_str(&pk, "pinned");
@@ -677,9 +737,12 @@ void srv_handle(srv_t *s, const srv_call_t *c, const void *buf, size_t len) {
     if (x != NULL && x->sid == 0 && r.cmd != RILL_PROTO_SESSION_CLOSE &&
         r.cmd != RILL_PROTO_SESSION_STATS && r.cmd != RILL_PROTO_INGEST_AUDIO) {
         srv_reply_err(s, &c->from, r.id, RILL_EUNSUPPORTED,
-                      "the session is transcript-only (created on a Whisper model): it takes "
-                      "ingest.audio, session.stats and session.close; for questions create a "
-                      "language model's session with asr: NAME");
+                      x->tl != NULL
+                          ? "the session translates its speech: it takes ingest.audio, "
+                            "session.stats and session.close"
+                          : "the session is transcript-only (created on a Whisper model): it "
+                            "takes ingest.audio, session.stats and session.close; for questions "
+                            "create a language model's session with asr: NAME");
         s->replying = 0;
         return;
     }

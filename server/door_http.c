@@ -58,6 +58,7 @@
 typedef enum route {
     R_NONE = 0,
     R_STATUS,      /* GET / */
+    R_CAPTIONS,    /* GET /captions/NAME */
     R_METRICS,     /* GET /metrics */
     R_MODELS,      /* GET /v1/models */
     R_COMPLETIONS, /* POST /v1/completions */
@@ -818,6 +819,20 @@ static bool parse_route(hreq_t *q, const char *url) {
         q->route = R_METRICS;
         return true;
     }
+    if (strncmp(url, "/captions/", 10) == 0) {
+        /* the page names its session itself (its path); only the name's form is checked here */
+        size_t n = strlen(url + 10);
+        if (n > 0 && url[10 + n - 1] == '/') {
+            n--;
+        }
+        if (!name_ok(url + 10, n)) {
+            return false;
+        }
+        memcpy(q->session, url + 10, n);
+        q->session[n] = '\0';
+        q->route = R_CAPTIONS;
+        return true;
+    }
     if (strcmp(url, "/v1/models") == 0) {
         q->route = R_MODELS;
         return true;
@@ -919,18 +934,21 @@ static const char *command_of(const hreq_t *q) {
 /* Builds the request map for q from its JSON body and hands it to the command layer. */
 static void dispatch(hdoor_t *h, hreq_t *q) {
     srv_t *s = h->s;
-    if (q->route == R_STATUS) {
+    if (q->route == R_STATUS || q->route == R_CAPTIONS) {
         if (strcmp(q->method, "GET") != 0) {
             refuse(q, 405, RILL_EINVAL, "GET only");
             return;
         }
-        char *page = malloc(srv_status_page_len + 1);
+        /* static pages: what they show comes from the routes they call, under their rules */
+        const bool st = q->route == R_STATUS;
+        const size_t len = st ? srv_status_page_len : srv_captions_page_len;
+        char *page = malloc(len + 1);
         if (page == NULL) {
             refuse(q, 503, RILL_ENOMEM, "out of memory");
             return;
         }
-        memcpy(page, srv_status_page, srv_status_page_len);
-        page[srv_status_page_len] = '\0';
+        memcpy(page, st ? srv_status_page : srv_captions_page, len);
+        page[len] = '\0';
         set_resp(q, 200, page, "text/html; charset=utf-8");
         return;
     }

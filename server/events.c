@@ -59,6 +59,7 @@ static void free_dones(srv_done_t *e) {
 void srv_events_deinit(srv_t *s) {
     free_dones(atomic_exchange(&s->dones, NULL));
     srv_transcripts_free(s);
+    srv_translations_free(s);
     rill_ring_deinit(&s->tok_ring);
     if (s->efd >= 0) {
         close(s->efd);
@@ -117,6 +118,7 @@ void srv_events_drain(srv_t *s) {
     atomic_store(&s->signalled, 0);
     srv_done_t *dones = atomic_exchange(&s->dones, NULL); /* before the ring: see the top */
     srv_transcripts_drain(s);
+    srv_translations_drain(s);
     srv_tok_t t[256];
     for (size_t n; (n = rill_ring_pop_n(&s->tok_ring, t, 256)) > 0;) {
         for (size_t i = 0; i < n; i++) {

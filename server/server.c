@@ -106,7 +106,8 @@ static int start(srv_t *s) {
 static void shutdown_all(srv_t *s) {
     if (s->sch != NULL) {
         for (srv_sess_t *x = s->sessions; x != NULL; x = x->next) {
-            srv_speech_detach(s, x); /* before the models: recognizers use a model's whisper */
+            srv_speech_detach(s, x);    /* before the models: recognizers use a model's whisper */
+            srv_translation_stop(s, x); /* and its worker, which uses the scheduler */
             if (x->sid == 0) {
                 continue; /* transcript-only: no state to keep */
             }

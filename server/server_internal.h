@@ -15,12 +15,17 @@
  *   events.c    the engine thread's callbacks and the bounded queue that carries their events
  *               to the socket thread
  *   speech.c    speech sessions: a session's recognizer, ingest.audio, transcript events
+ *   translation.c  translation sessions: a worker thread per session translating its
+ *               committed transcript (rill_translate), translation events
  *   state.c     the state directory: session metadata, standing queries, restore at start-up
  *   door_zmq.c  the ZeroMQ front door: ROUTER requests, XPUB events, CURVE subscriptions
  *   auth.c      CURVE keys and the ZAP handler
  *
  * Threads: everything in srv_t belongs to the socket thread, except the event queue (events.c:
- * the engine thread is its only producer) and the scheduler (thread-safe).
+ * the engine thread is its only producer), the translation emissions list (translation.c: the
+ * translation workers push, the socket thread drains) and the scheduler (thread-safe). A
+ * translation worker touches only its own srv_tl_t (its queue under its mutex) and its
+ * rill_translate_t.
  */
 #ifndef RILL_SERVER_INTERNAL_H
 #define RILL_SERVER_INTERNAL_H
@@ -130,6 +135,9 @@ typedef struct srv_sess {
     size_t pcm_cap;
     rill_audio_stats_t audio; /* counters of the streams before pdec's */
     uint64_t seq_transcript;
+    /* translation (server/translation.c): NULL when the session does not translate */
+    struct srv_tl *tl;
+    uint64_t seq_translation;
 } srv_sess_t;
 
 /* complete's shared prompts: a session no client sees, per model and system prompt, that
@@ -246,12 +254,13 @@ struct srv {
     bool curve;
     /* the event queue (events.c) */
     int efd;
-    rill_ring_t tok_ring;          /* engine -> socket: answer tokens (bounded) */
-    _Atomic(srv_done_t *) dones;   /* engine -> socket: finished answers, newest first */
-    _Atomic(srv_tr_t *) trs;       /* engine -> socket: transcript updates, newest first */
-    uint64_t next_key;             /* srv_sess_t.key */
-    atomic_int signalled;          /* the socket thread has been woken and not drained yet */
-    _Atomic(int64_t) engine_drops; /* tokens the full ring refused */
+    rill_ring_t tok_ring;           /* engine -> socket: answer tokens (bounded) */
+    _Atomic(srv_done_t *) dones;    /* engine -> socket: finished answers, newest first */
+    _Atomic(srv_tr_t *) trs;        /* engine -> socket: transcript updates, newest first */
+    _Atomic(struct srv_tle *) tles; /* translation workers -> socket: emissions, newest first */
+    uint64_t next_key;              /* srv_sess_t.key */
+    atomic_int signalled;           /* the socket thread has been woken and not drained yet */
+    _Atomic(int64_t) engine_drops;  /* tokens the full ring refused */
     /* counters */
     int64_t requests, bad_requests, events, event_drops, reply_drops;
     int64_t asks_cut; /* asks answered by their end (fixed format) and cancelled in the engine */
@@ -424,6 +433,45 @@ void srv_transcripts_drain(srv_t *s);
 /* Frees the updates still queued (shutdown). */
 void srv_transcripts_free(srv_t *s);
 
+/* ---- translation.c: translation sessions ------------------------------------------------- */
+
+typedef struct srv_tl srv_tl_t;
+
+/* Starts x's translation on x->model (a language model with a chat template) with the policy
+ * r->translate names (rill_translate_policy_parse's names), r's system as the instruction and
+ * window as the window when given (else rill_translate's defaults, the window cut to fit the
+ * model's context), and its worker thread; x->key must be set.
+ * RILL_OK, or RILL_EINVAL (the model is a recognizer, an unknown policy), RILL_EUNSUPPORTED (no
+ * chat template), RILL_ERANGE (a context too small), RILL_ENOMEM, rill_translate_new's errors,
+ * with why[0, why_cap) set; nothing is left on error. Socket thread; blocks (the session's
+ * creation). */
+rill_err_t srv_translation_start(srv_t *s, srv_sess_t *x, const rill_proto_req_t *r, char *why,
+                                 size_t why_cap);
+
+/* Hands committed transcript text[0, len) (a delta) and, with pause, the end of an utterance to
+ * x's translation worker; audio_ms: the audio the recognizer had taken (the src_s of later
+ * emissions). Never blocks on the worker (a short lock); text beyond the queue's bound is
+ * dropped and reported as an EFULL translation event. No-op without a translation. Socket
+ * thread. */
+void srv_translation_feed(srv_t *s, srv_sess_t *x, const char *text, size_t len, bool pause,
+                          int64_t audio_ms);
+
+/* Stops x's translation: interrupts and joins its worker, destroys it, publishes its queued
+ * emissions. NULL-safe part (no translation: nothing). Socket thread; blocks (about one engine
+ * step). */
+void srv_translation_stop(srv_t *s, srv_sess_t *x);
+
+/* session.stats' "translation" value: {policy, emitted_words, emissions, queued_bytes,
+ * dropped_bytes}, nil without a translation. */
+void srv_translation_pack_stats(srv_sess_t *x, msgpack_packer *pk);
+
+/* Publishes every queued emission as a <session>/translation event (socket thread;
+ * srv_events_drain calls it). */
+void srv_translations_drain(srv_t *s);
+
+/* Frees the emissions still queued (shutdown). */
+void srv_translations_free(srv_t *s);
+
 /* ---- state.c ------------------------------------------------------------------------------- */
 
 /* out = "<state_dir>/<name><ext>". */
@@ -474,6 +522,9 @@ void srv_http_run(srv_t *s);
 /* The status page (server/status.html, embedded at build time). */
 extern const unsigned char srv_status_page[];
 extern const size_t srv_status_page_len;
+/* The captions page (server/captions.html, likewise): GET /captions/NAME. */
+extern const unsigned char srv_captions_page[];
+extern const size_t srv_captions_page_len;
 
 /* ---- json.c: JSON <-> msgpack for the HTTP door ------------------------------------------- */
 

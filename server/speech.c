@@ -316,6 +316,9 @@ void srv_transcripts_drain(srv_t *s) {
             srv_pk_kv_str(&pk, "status", rill_err_name(st));
             srv_pk_kv_str(&pk, "message", order->message);
             srv_publish(s, x, "transcript");
+            /* a translation session translates what was committed; a final update is a pause */
+            srv_translation_feed(s, x, order->committed, order->committed_len, order->final,
+                                 order->audio_ms);
         }
         rill_free(order);
         order = nx;

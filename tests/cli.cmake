@@ -61,4 +61,13 @@ if(TARGET rill_scheduler)
         set_tests_properties(bench_translate_eval_small PROPERTIES TIMEOUT 600
                              LABELS "integration;bench" SKIP_RETURN_CODE 77)
     endif()
+    # `rill translate --audio` (tests/test_translate_audio.py): tiny.en on a two-sentence
+    # espeak-ng clip feeding the tiny qwen2 model; skips without them or espeak-ng.
+    if(TARGET rill_ingest)
+        add_test(NAME test_translate_audio
+                 COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/test_translate_audio.py
+                 $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR})
+        set_tests_properties(test_translate_audio PROPERTIES TIMEOUT 900 LABELS "integration"
+                             SKIP_RETURN_CODE 77)
+    endif()
 endif()

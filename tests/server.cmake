@@ -63,3 +63,17 @@ foreach(t ${rill_speech_cases})
     set_tests_properties(test_server_speech_${t} PROPERTIES TIMEOUT 300 LABELS "integration"
                          SKIP_RETURN_CODE 77)
 endforeach()
+# Translation sessions over loopback (tests/test_server_translate.py): session.create with
+# translate on the tiny qwen2 model and whisper-tiny.en, an espeak-ng clip as ingest.audio, the
+# translation events against the transcript events, bad args, close and SIGTERM while the worker
+# threads translate (concurrency: run it in the ThreadSanitizer pass too, libzmq's own threads
+# suppressed: tests/tsan_libzmq.supp). Skips without them.
+foreach(t events errors stop)
+    add_test(NAME test_server_translate_${t}
+             COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_server_translate.py
+                     $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})
+    set_tests_properties(test_server_translate_${t} PROPERTIES TIMEOUT 300
+                         LABELS "integration;concurrency" SKIP_RETURN_CODE 77
+                         ENVIRONMENT
+                         "TSAN_OPTIONS=halt_on_error=1:suppressions=${CMAKE_CURRENT_SOURCE_DIR}/tsan_libzmq.supp")
+endforeach()

@@ -8,6 +8,8 @@
  * Skipped without tests/data/models (exit 77).
  */
 #include <check.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -623,6 +625,215 @@ START_TEST(long_segments_are_closed_at_the_word_limit) {
 }
 END_TEST
 
+/* ---- a streaming transcript (rill_translate_feed_text) ----------------------------------------
+ */
+
+/* What a recognizer commits, delta by delta (split inside sentences, several sentences in one,
+ * leading spaces as rill_asr_update_t gives them). */
+static const char *deltas[] = { "The cat sat",   " on the mat.",    " A bird sang in",
+                                " the tree! We", " walk \"home.\"", " The sun is warm" };
+/* The same words as runs: read together, the policy stepped after each (a delta's words up to a
+ * sentence end, or to the delta's end), the sentence ended first where it ends. */
+static const struct {
+    const char *words;
+    bool end;
+} runs[] = { { "The cat sat", false },    { "on the mat.", true }, { "A bird sang in", false },
+             { "the tree!", true },       { "We", false },         { "walk \"home.\"", true },
+             { "The sun is warm", false } };
+
+static void copy_rec(rec_t *dst, const rec_t *src) {
+    memcpy(dst, src, sizeof *dst);
+    for (int i = 0; i < dst->n_emit; i++) {
+        dst->e[i].text = dst->texts + (src->e[i].text - src->texts);
+    }
+}
+
+/* The talk through feed_text (by_deltas) or as its runs of words with the sentence ends said. */
+static void transcript_talk(rill_translate_policy_t policy, bool by_deltas, rec_t *out) {
+    rig_t g;
+    rig_open(&g);
+    static rec_t r;
+    rec_init(&r, policy, 2);
+    rill_translate_params_t p = params(&g, policy, &r);
+    p.k = 2;
+    p.la_chunk = 2;
+    rill_translate_t *t = NULL;
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    rill_translate_stats_t st;
+    if (by_deltas) {
+        const int64_t segs_after[] = { 0, 1, 1, 2, 3, 3 }; /* segments closed after each delta */
+        for (size_t i = 0; i < sizeof deltas / sizeof deltas[0]; i++) {
+            size_t used = 1234;
+            ck_assert_int_eq(
+                rill_translate_feed_text(t, deltas[i], strlen(deltas[i]), false, &used), RILL_OK);
+            ck_assert_uint_eq(used, strlen(deltas[i]));
+            rill_translate_stats(t, &st);
+            ck_assert_int_eq(st.segments, segs_after[i]);
+        }
+        /* the utterance ends: the open segment is closed */
+        ck_assert_int_eq(rill_translate_feed_text(t, "", 0, true, NULL), RILL_OK);
+    } else {
+        /* the words of each delta read, the policy stepped after a sentence's last word (which
+         * ends it first: no draft on it, the closing turn writes the rest) and after the
+         * delta's last word */
+        for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+            char buf[256];
+            snprintf(buf, sizeof buf, "%s", runs[i].words);
+            char *save = NULL;
+            for (char *w = strtok_r(buf, " ", &save); w != NULL; w = strtok_r(NULL, " ", &save)) {
+                ck_assert_int_eq(rill_translate_word(t, w, strlen(w)), RILL_OK);
+            }
+            if (runs[i].end) {
+                ck_assert_int_eq(rill_translate_end_sentence(t), RILL_OK);
+            }
+            drain(t);
+        }
+        ck_assert_int_eq(rill_translate_end_sentence(t), RILL_OK);
+        drain(t);
+    }
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 4);
+    ck_assert_int_eq(st.src_words, 19);
+    ck_assert_msg(r.bad == 0, "%s", r.why);
+    copy_rec(out, &r);
+    rill_translate_destroy(&t);
+    rig_close(&g);
+}
+
+START_TEST(a_transcript_is_read_as_its_sentences) {
+    static rec_t a, b;
+    const rill_translate_policy_t pol[] = { RILL_TRANSLATE_WAIT_K, RILL_TRANSLATE_LOCAL_AGREEMENT,
+                                            RILL_TRANSLATE_SENTENCE };
+    for (int k = 0; k < 3; k++) {
+        transcript_talk(pol[k], true, &a);
+        transcript_talk(pol[k], false, &b);
+        /* the same emissions at the same source positions: the deltas' split points, leading
+         * spaces and punctuation change nothing but where segments end */
+        ck_assert_int_gt(a.n_emit, 0);
+        ck_assert_int_eq(a.n_emit, b.n_emit);
+        int ends = 0;
+        for (int i = 0; i < a.n_emit; i++) {
+            ck_assert_str_eq(a.e[i].text, b.e[i].text);
+            ck_assert_int_eq(a.e[i].src_words, b.e[i].src_words);
+            ck_assert_int_eq(a.e[i].segment, b.e[i].segment);
+            ck_assert_int_eq(a.e[i].segment_end, b.e[i].segment_end);
+            ends += a.e[i].segment_end;
+        }
+        ck_assert_int_le(ends, 4);
+        if (pol[k] == RILL_TRANSLATE_SENTENCE) {
+            /* whole sentences: emissions only at the ends, at words 6, 12, 15 and 19 */
+            const int64_t at[] = { 6, 12, 15, 19 };
+            for (int i = 0; i < a.n_emit; i++) {
+                ck_assert(a.e[i].segment_end);
+                ck_assert_int_eq(a.e[i].src_words, at[a.e[i].segment]);
+            }
+        }
+    }
+}
+END_TEST
+
+START_TEST(a_pause_ends_the_sentence) {
+    rig_t g;
+    rig_open(&g);
+    static rec_t r;
+    rec_init(&r, RILL_TRANSLATE_SENTENCE, 0);
+    rill_translate_params_t p = params(&g, RILL_TRANSLATE_SENTENCE, &r);
+    rill_translate_t *t = NULL;
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    rill_translate_stats_t st;
+    /* no punctuation: the words wait; an abbreviation-free "Mr" does not end anything */
+    ck_assert_int_eq(rill_translate_feed_text(t, "so Mr smith said", 16, false, NULL), RILL_OK);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 0);
+    ck_assert_int_eq(r.n_emit, 0);
+    /* a pause with no text closes the open segment once; another pause does nothing */
+    ck_assert_int_eq(rill_translate_feed_text(t, NULL, 0, true, NULL), RILL_OK);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 1);
+    ck_assert_int_eq(st.src_words, 4);
+    ck_assert_int_eq(rill_translate_feed_text(t, "", 0, true, NULL), RILL_OK);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 1);
+    /* words and a pause in one call: one segment; sentence ends inside closers end it too */
+    ck_assert_int_eq(rill_translate_feed_text(t, " it (rained.) then", 18, true, NULL), RILL_OK);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 3);
+    ck_assert_int_eq(st.src_words, 7);
+    /* UTF-8 enders */
+    ck_assert_int_eq(
+        rill_translate_feed_text(t, "wait\xe2\x80\xa6 ok\xef\xbc\x81", 13, false, NULL), RILL_OK);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.segments, 5);
+    ck_assert_msg(r.bad == 0, "%s", r.why);
+    /* bad arguments change nothing */
+    size_t used = 99;
+    ck_assert_int_eq(rill_translate_feed_text(NULL, "a", 1, false, &used), RILL_EINVAL);
+    ck_assert_uint_eq(used, 0);
+    ck_assert_int_eq(rill_translate_feed_text(t, NULL, 3, false, &used), RILL_EINVAL);
+    rill_translate_stats(t, &st);
+    ck_assert_int_eq(st.src_words, 9);
+    rill_translate_destroy(&t);
+    rig_close(&g);
+}
+END_TEST
+
+typedef struct interrupter {
+    rill_translate_t *t;
+    int delay_ms;
+} interrupter_t;
+
+static void *interrupt_later(void *arg) {
+    interrupter_t *x = arg;
+    struct timespec ts = { 0, (long)x->delay_ms * 1000000L };
+    nanosleep(&ts, NULL);
+    rill_translate_interrupt(x->t);
+    return NULL;
+}
+
+START_TEST(an_interrupt_stops_the_caller) {
+    rig_t g;
+    rig_open(&g);
+    static rec_t r;
+    rec_init(&r, RILL_TRANSLATE_LOCAL_AGREEMENT, 0);
+    rill_translate_params_t p = params(&g, RILL_TRANSLATE_LOCAL_AGREEMENT, &r);
+    p.la_chunk = 1;
+    rill_translate_t *t = NULL;
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    /* from another thread while the caller drafts: the caller's call ends with ECANCELED */
+    interrupter_t x = { t, 30 };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, interrupt_later, &x), 0);
+    rill_err_t err = RILL_OK;
+    int calls = 0;
+    for (; calls < 2000 && err == RILL_OK; calls++) {
+        err = rill_translate_feed_text(t, " one two three", 14, calls % 3 == 2, NULL);
+    }
+    pthread_join(th, NULL);
+    ck_assert_int_eq(err, RILL_ECANCELED);
+    ck_assert_int_lt(calls, 2000);
+    /* and every later call at once, without touching the engine */
+    rill_translate_stats_t st0, st1;
+    rill_translate_stats(t, &st0);
+    ck_assert_int_eq(rill_translate_word(t, "x", 1), RILL_ECANCELED);
+    ck_assert_int_eq(rill_translate_step(t), RILL_ECANCELED);
+    ck_assert_int_eq(rill_translate_feed_text(t, "a.", 2, true, NULL), RILL_ECANCELED);
+    rill_translate_stats(t, &st1);
+    ck_assert_int_eq(st1.src_words, st0.src_words);
+    ck_assert_int_eq(st1.drafts, st0.drafts);
+    rill_translate_interrupt(t); /* idempotent */
+    rill_translate_interrupt(NULL);
+    rill_translate_destroy(&t);
+    /* the scheduler is sound: a new talk runs */
+    rec_init(&r, RILL_TRANSLATE_SENTENCE, 0);
+    p = params(&g, RILL_TRANSLATE_SENTENCE, &r);
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    ck_assert_int_eq(rill_translate_feed_text(t, "the cat sat.", 12, false, NULL), RILL_OK);
+    ck_assert_int_gt(r.n_emit, 0);
+    rill_translate_destroy(&t);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(arguments_are_checked) {
     rig_t g;
     rig_open(&g);
@@ -700,6 +911,47 @@ START_TEST(arguments_are_checked) {
 }
 END_TEST
 
+/* Failed allocations inside feed_text: ENOMEM, and *used lets the caller resume with the rest
+ * of the delta, so no word is lost or read twice. */
+START_TEST(feed_text_failures_resume_exactly) {
+    rig_t g;
+    rig_open(&g);
+    static rec_t r;
+    rec_init(&r, RILL_TRANSLATE_WAIT_K, 2);
+    rill_translate_params_t p = params(&g, RILL_TRANSLATE_WAIT_K, &r);
+    p.k = 2;
+    rill_translate_t *t = NULL;
+    ck_assert_int_eq(rill_translate_new(g.sch, &p, &t), RILL_OK);
+    const char *delta = " one two. three";
+    const size_t len = strlen(delta);
+    int failures = 0;
+    for (int j = 1; j < 80; j++) {
+        size_t used = 0;
+        rill_mem_fail_nth(j);
+        rill_err_t err = rill_translate_feed_text(t, delta, len, j % 5 == 0, &used);
+        rill_mem_fail_nth(0);
+        ck_assert_msg(err == RILL_OK || err == RILL_ENOMEM, "%s", rill_last_error(err));
+        ck_assert_uint_le(used, len);
+        if (err != RILL_OK) {
+            failures++;
+            /* the rest of the delta (and its pause), and any step still owed */
+            ck_assert_int_eq(
+                rill_translate_feed_text(t, delta + used, len - used, j % 5 == 0, &used), RILL_OK);
+        } else {
+            ck_assert_uint_eq(used, len);
+        }
+        rill_translate_stats_t st;
+        rill_translate_stats(t, &st);
+        ck_assert_int_eq(st.src_words, 3 * j);
+        (void)rill_sched_wait_idle(g.sch, 30 * SEC);
+    }
+    ck_assert_int_gt(failures, 3);
+    ck_assert_msg(r.bad == 0, "%s", r.why);
+    rill_translate_destroy(&t);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(failed_allocations_leave_nothing) {
     rig_t g;
     rig_open(&g);
@@ -763,8 +1015,12 @@ int main(void) {
     tcase_add_test(tc, revision_rolls_the_turn_back_exactly);
     tcase_add_test(tc, long_talk_runs_in_bounded_memory);
     tcase_add_test(tc, long_segments_are_closed_at_the_word_limit);
+    tcase_add_test(tc, a_transcript_is_read_as_its_sentences);
+    tcase_add_test(tc, a_pause_ends_the_sentence);
+    tcase_add_test(tc, an_interrupt_stops_the_caller);
     tcase_add_test(tc, arguments_are_checked);
     tcase_add_test(tc, failed_allocations_leave_nothing);
+    tcase_add_test(tc, feed_text_failures_resume_exactly);
     suite_add_tcase(su, tc);
     SRunner *sr = srunner_create(su);
     srunner_run_all(sr, CK_NORMAL);

@@ -3,7 +3,8 @@
 (random weights: the words are noise, the records are what is checked): the --json lines (an
 emission's fields and types, src_words and compute_s that never go back, the final line whose
 text is the emissions joined), wait-k's first emission after k words, the plain text output,
---help, and clear errors (no --text, a missing file, an unknown policy, a file that is not a
+--help, and clear errors (no --text, both --text and --audio, --asr or --pace without --audio,
+a missing file, an unknown policy, a file that is not a
 model, a model without a chat template, the default model not cached, sizes that do not fit).
 
 Usage: test_translate_cli.py RILL_BINARY SOURCE_DIR. Exits 77 (skip) without the tiny models.
@@ -94,11 +95,10 @@ def plain_output():
 def help_text():
     p = run("--help")
     h = p.stdout.decode()
-    for opt in ("--model", "--policy", "--json", "--text", "local-agreement", "wait-k",
-                "sentence"):
+    for opt in ("--model", "--policy", "--json", "--text", "--audio", "--asr", "--pace",
+                "local-agreement", "wait-k", "sentence"):
         assert opt in h, opt
-    assert "not built yet" in h  # --audio is not offered as an option
-    assert "  --audio" not in h
+    assert "not built yet" not in h
 
 
 def errors():
@@ -120,7 +120,9 @@ def errors():
         "--window")
     err(["--model", QWEN, "--text", talk_path, "--ctx", "4096", "--window", "128",
          "--max-reply", "24"], 1, "training context")
-    err(["--audio", talk_path], 2, "audio")
+    err(["--audio", talk_path, "--text", talk_path], 2, "either --text FILE or --audio FILE")
+    err(["--text", talk_path, "--asr", talk_path], 2, "--asr and --pace go with --audio")
+    err(["--text", talk_path, "--pace", "1"], 2, "--asr and --pace go with --audio")
     env = dict(os.environ, RILL_CACHE=os.path.join(tmp, "empty-cache"))
     err(["--text", talk_path], 1, "tools/fetch_model.py qwen2.5-coder-1.5b-instruct",
         env=env)

@@ -66,14 +66,15 @@ typedef enum arg {
     A_SEQ,
     A_DATA,
     A_PIN,
+    A_TRANSLATE,
     A_COUNT
 } arg_t;
 
 static const char *const k_arg[A_COUNT] = {
-    "session",     "window",     "sinks", "system", "text",         "flush",  "ticks",
-    "question",    "max_tokens", "qid",   "model",  "from_version", "prompt", "messages",
-    "temperature", "top_p",      "seed",  "stop",   "consistency",  "asr",    "codec",
-    "rate",        "channels",   "seq",   "data",   "pin"
+    "session",     "window",     "sinks", "system", "text",         "flush",    "ticks",
+    "question",    "max_tokens", "qid",   "model",  "from_version", "prompt",   "messages",
+    "temperature", "top_p",      "seed",  "stop",   "consistency",  "asr",      "codec",
+    "rate",        "channels",   "seq",   "data",   "pin",          "translate"
 };
 
 /* use[cmd][arg]: 0 not taken, 1 optional, 2 required */
@@ -84,7 +85,8 @@ static const unsigned char k_use[RILL_PROTO_N_CMDS][A_COUNT] = {
                                     [A_SYSTEM] = 1,
                                     [A_MODEL] = 1,
                                     [A_ASR] = 1,
-                                    [A_PIN] = 1 },
+                                    [A_PIN] = 1,
+                                    [A_TRANSLATE] = 1 },
     [RILL_PROTO_SESSION_CLOSE] = { [A_SESSION] = 2 },
     [RILL_PROTO_SESSION_LIST] = { 0 },
     [RILL_PROTO_SESSION_STATS] = { [A_SESSION] = 2 },
@@ -206,6 +208,7 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
     case A_MODEL:
     case A_ASR:
     case A_CODEC:
+    case A_TRANSLATE:
     case A_SYSTEM:
     case A_TEXT:
     case A_PROMPT:
@@ -240,6 +243,9 @@ static rill_err_t decode_arg(rill_proto_dec_t *d, rill_proto_req_t *r, arg_t a,
             }
         } else if (a == A_CODEC) {
             r->codec = s; /* the packet decoder names the codecs it knows */
+        } else if (a == A_TRANSLATE) {
+            r->translate = s; /* the server names the policies it knows */
+            r->present |= RILL_PROTO_HAS_TRANSLATE;
         } else if (a == A_SYSTEM) {
             r->system = s;
             r->present |= RILL_PROTO_HAS_SYSTEM;

@@ -81,6 +81,7 @@ typedef struct rill_proto_str {
 #define RILL_PROTO_HAS_CONSISTENCY (1u << 12)
 #define RILL_PROTO_HAS_ASR         (1u << 13)
 #define RILL_PROTO_HAS_PACKET      (1u << 14) /* ingest.audio: codec, rate, channels, seq, data */
+#define RILL_PROTO_HAS_TRANSLATE   (1u << 15)
 
 /* complete: one chat message (role is system, user or assistant). */
 typedef struct rill_proto_msg {
@@ -102,8 +103,10 @@ typedef struct rill_proto_req {
     const void *ticks;    /* ingest.ticks: the ticks array re-encoded as one msgpack buffer
                              (rill_tick_decode's input); borrowed like the strings */
     size_t ticks_len;
-    /* session.create: the recognizer's model (RILL_PROTO_HAS_ASR) */
-    rill_proto_str_t asr;
+    /* session.create: the recognizer's model (RILL_PROTO_HAS_ASR); a translation policy name
+     * (RILL_PROTO_HAS_TRANSLATE: the session translates its transcript; the name as sent, the
+     * server judges it) */
+    rill_proto_str_t asr, translate;
     /* ingest.audio (RILL_PROTO_HAS_PACKET: all five given; without them flush must be true).
      * rate, channels and seq are only checked to be integers in [0, 2^63): the packet decoder
      * judges them (ingest/rill_audio.h), and codec is the name as sent */
