@@ -19,7 +19,10 @@
  *
  * Output: tables on stdout, then one JSON object per row (prefix "JSON ").
  * Usage: bench_kernels [--types q4_1,q8_0,...] [--threads 1,2] [--tokens 1,64,512] [--ref]
- *                      [--min-time SECONDS] [--no-attn] [--no-matmul]
+ *                      [--simd auto,avx2,avx512] [--min-time SECONDS] [--no-attn] [--no-matmul]
+ *   --simd times the matmuls with each listed kernel table (RILL_SIMD's names; default auto),
+ *     one right after another for each batch size, so their ratio is measured in pairs;
+ *   --cpu-time times the matmuls in process CPU time (for 1 thread on a loaded machine);
  *   --ref adds the reference backend (for n_tok <= 64 only: it is slow by design);
  *   --no-attn skips the attention table, --no-matmul the matmul table.
  */
@@ -28,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "rill_core.h"
 #include "rill_kernels.h"
@@ -113,6 +117,22 @@ static void run_step(rill_backend_t *b, rill_weight_t *w[][N_SHAPES], int ns, fl
     }
 }
 
+/* --cpu-time: the clock is this process's CPU time instead of wall time. With one thread that is
+ * the time the work itself took, whatever share of a core the scheduler gave it: on a loaded
+ * machine it keeps ratios between kernels comparable where wall time does not (it still includes
+ * cache and memory contention from the other processes). With 2+ threads it adds the workers'
+ * waits, so it is meant for 1 thread. */
+static bool use_cpu_time = false;
+
+static uint64_t clock_ns(void) {
+    if (!use_cpu_time) {
+        return rill_now_ns();
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 /* Seconds per step: the best of several timed runs after a warm-up, each run repeating the step
  * until min_time / 3 has passed (best-of filters out other processes on a shared machine). */
 static double time_step(rill_backend_t *b, rill_weight_t *w[][N_SHAPES], int ns, float *y,
@@ -121,12 +141,12 @@ static double time_step(rill_backend_t *b, rill_weight_t *w[][N_SHAPES], int ns,
     double best = 1e30;
     for (int run = 0; run < (min_time > 0.0 ? 3 : 1); run++) {
         int64_t reps = 0;
-        const uint64_t t0 = rill_now_ns();
+        const uint64_t t0 = clock_ns();
         uint64_t t1 = t0;
         while (reps < 1 || (double)(t1 - t0) * 1e-9 < min_time / 3) {
             run_step(b, w, ns, y, x, n_tok);
             reps++;
-            t1 = rill_now_ns();
+            t1 = clock_ns();
         }
         const double sec = (double)(t1 - t0) * 1e-9 / (double)reps;
         best = sec < best ? sec : best;
@@ -193,6 +213,8 @@ int main(int argc, char **argv) {
     int n_types = parse_list("q4_0,q4_1,q5_0,q5_1,q8_0,q4_k,q5_k,q6_k,f16,bf16,f32", types, 16);
     int n_threads_list = parse_list("1,2", threads_s, 8);
     int n_tokens = parse_list("1,64,512", tokens_s, 8);
+    char simd_s[3][16];
+    int n_simd = parse_list("auto", simd_s, 3);
     bool with_ref = false, with_attn = true, with_matmul = true;
     double min_time = 1.0;
     for (int i = 1; i < argc; i++) {
@@ -204,6 +226,10 @@ int main(int argc, char **argv) {
             n_tokens = parse_list(argv[++i], tokens_s, 8);
         } else if (strcmp(argv[i], "--min-time") == 0 && i + 1 < argc) {
             min_time = atof(argv[++i]);
+        } else if (strcmp(argv[i], "--simd") == 0 && i + 1 < argc) {
+            n_simd = parse_list(argv[++i], simd_s, 3);
+        } else if (strcmp(argv[i], "--cpu-time") == 0) {
+            use_cpu_time = true;
         } else if (strcmp(argv[i], "--ref") == 0) {
             with_ref = true;
         } else if (strcmp(argv[i], "--no-attn") == 0) {
@@ -211,15 +237,32 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--no-matmul") == 0) {
             with_matmul = false;
         } else {
-            fprintf(stderr,
-                    "usage: %s [--types a,b] [--threads 1,2] [--tokens 1,64,512] [--ref] "
-                    "[--min-time s] [--no-attn] [--no-matmul]\n",
-                    argv[0]);
+            fprintf(
+                stderr,
+                "usage: %s [--types a,b] [--threads 1,2] [--tokens 1,64,512] "
+                "[--simd auto,scalar,avx2,avx512] [--cpu-time] [--ref] [--min-time s] [--no-attn] "
+                "[--no-matmul]\n",
+                argv[0]);
             return 2;
         }
     }
     if (!with_matmul) {
         n_types = 0;
+    }
+    rill_simd_t simds[3];
+    for (int si = 0; si < n_simd; si++) {
+        static const char *const names[] = { "auto", "scalar", "avx2", "avx512" };
+        static const rill_simd_t levels[] = { RILL_SIMD_AUTO, RILL_SIMD_SCALAR, RILL_SIMD_AVX2,
+                                              RILL_SIMD_AVX512 };
+        int found = -1;
+        for (int k = 0; k < 4; k++) {
+            found = strcmp(simd_s[si], names[k]) == 0 ? k : found;
+        }
+        if (found < 0) {
+            fprintf(stderr, "unknown SIMD level %s (auto, scalar, avx2, avx512)\n", simd_s[si]);
+            return 2;
+        }
+        simds[si] = levels[found];
     }
 
     if (n_types > 0) {
@@ -269,23 +312,30 @@ int main(int argc, char **argv) {
         }
         for (int bk = 0; bk < (with_ref ? 2 : 1); bk++) {
             for (int hi = 0; hi < (bk == 0 ? n_threads_list : 1); hi++) {
-                rill_backend_params_t p = rill_backend_default_params();
-                p.kind = bk == 0 ? RILL_BACKEND_CPU : RILL_BACKEND_REF;
-                p.cpu.n_threads = atoi(threads_s[hi]);
-                p.max_batch = 512;
-                p.max_n_in = 1536;
-                rill_backend_t *b = NULL;
-                if (rill_backend_new(&p, &b) != RILL_OK) {
-                    fprintf(stderr, "backend creation failed\n");
-                    return 1;
-                }
-                rill_weight_t *w[N_LAYER][NS];
-                for (int l = 0; l < N_LAYER; l++) {
-                    for (int s = 0; s < NS; s++) {
-                        w[l][s] = NULL;
-                        if (layers[l][s] != NULL) {
-                            (void)rill_weight_new(b, t, layers[l][s], shapes[s].n_in,
-                                                  shapes[s].n_out, &w[l][s]);
+                /* one backend per SIMD level, timed one after another for each batch size, so
+                 * that their ratio is measured in pairs on a shared machine */
+                const int n_b = bk == 0 ? n_simd : 1;
+                rill_backend_t *b[3] = { NULL, NULL, NULL };
+                rill_weight_t *w[3][N_LAYER][NS];
+                for (int si = 0; si < n_b; si++) {
+                    rill_backend_params_t p = rill_backend_default_params();
+                    p.kind = bk == 0 ? RILL_BACKEND_CPU : RILL_BACKEND_REF;
+                    p.cpu.n_threads = atoi(threads_s[hi]);
+                    p.cpu.simd = bk == 0 ? simds[si] : RILL_SIMD_AUTO;
+                    p.max_batch = 512;
+                    p.max_n_in = 1536;
+                    if (rill_backend_new(&p, &b[si]) != RILL_OK) {
+                        fprintf(stderr, "backend creation failed: %s\n",
+                                rill_last_error(RILL_EUNSUPPORTED));
+                        return 1;
+                    }
+                    for (int l = 0; l < N_LAYER; l++) {
+                        for (int s = 0; s < NS; s++) {
+                            w[si][l][s] = NULL;
+                            if (layers[l][s] != NULL) {
+                                (void)rill_weight_new(b[si], t, layers[l][s], shapes[s].n_in,
+                                                      shapes[s].n_out, &w[si][l][s]);
+                            }
                         }
                     }
                 }
@@ -294,42 +344,48 @@ int main(int argc, char **argv) {
                     if (n_tok < 1 || n_tok > 512 || (bk == 1 && n_tok > 64)) {
                         continue;
                     }
-                    float *x = NULL, *y = NULL;
-                    (void)rill_backend_alloc(b, (size_t)(n_tok * 1536) * 4, (void **)&x);
-                    (void)rill_backend_alloc(b, (size_t)(n_tok * VOCAB) * 4, (void **)&y);
-                    float *xh = malloc((size_t)(n_tok * 1536) * 4);
-                    for (int64_t i = 0; i < n_tok * 1536; i++) {
-                        xh[i] = rnd();
+                    for (int si = 0; si < n_b; si++) {
+                        float *x = NULL, *y = NULL;
+                        (void)rill_backend_alloc(b[si], (size_t)(n_tok * 1536) * 4, (void **)&x);
+                        (void)rill_backend_alloc(b[si], (size_t)(n_tok * VOCAB) * 4, (void **)&y);
+                        float *xh = malloc((size_t)(n_tok * 1536) * 4);
+                        for (int64_t i = 0; i < n_tok * 1536; i++) {
+                            xh[i] = rnd();
+                        }
+                        (void)rill_backend_copy_in(b[si], x, xh, (size_t)(n_tok * 1536) * 4);
+                        free(xh);
+                        const double step =
+                            time_step(b[si], w[si], NS, y, x, n_tok, bk == 1 ? 0.0 : min_time);
+                        const double tok_s = (double)n_tok / step;
+                        const double gflops = flops_per_tok * (double)n_tok / step * 1e-9;
+                        const double wgbs = wbytes / step * 1e-9;
+                        printf("%-5s %-10s %3d %5lld %10.3f %10.1f %9.1f %9.1f\n",
+                               rill_dtype_name(t), rill_backend_name(b[si]),
+                               rill_backend_n_threads(b[si]), (long long)n_tok, step * 1e3, tok_s,
+                               gflops, wgbs);
+                        fflush(stdout);
+                        if (n_json < 64) {
+                            snprintf(json[n_json++], sizeof json[0],
+                                     "{\"bench\":\"kernels_matmul\",\"model_shape\":\"smollm2-"
+                                     "135m\",\"type\":\"%s\",\"row_width\":%lld,\"backend\":"
+                                     "\"%s\",\"threads\":%d,\"n_tok\":%lld,\"ms_per_step\":%.4f,"
+                                     "\"tok_s\":%.2f,\"gflops\":%.2f,\"weight_gbs\":%.2f}",
+                                     rill_dtype_name(t), (long long)E, rill_backend_name(b[si]),
+                                     rill_backend_n_threads(b[si]), (long long)n_tok, step * 1e3,
+                                     tok_s, gflops, wgbs);
+                        }
+                        rill_backend_free(b[si], x);
+                        rill_backend_free(b[si], y);
                     }
-                    (void)rill_backend_copy_in(b, x, xh, (size_t)(n_tok * 1536) * 4);
-                    free(xh);
-                    const double step = time_step(b, w, NS, y, x, n_tok, bk == 1 ? 0.0 : min_time);
-                    const double tok_s = (double)n_tok / step;
-                    const double gflops = flops_per_tok * (double)n_tok / step * 1e-9;
-                    const double wgbs = wbytes / step * 1e-9;
-                    printf("%-5s %-10s %3d %5lld %10.3f %10.1f %9.1f %9.1f\n", rill_dtype_name(t),
-                           rill_backend_name(b), rill_backend_n_threads(b), (long long)n_tok,
-                           step * 1e3, tok_s, gflops, wgbs);
-                    fflush(stdout);
-                    if (n_json < 64) {
-                        snprintf(json[n_json++], sizeof json[0],
-                                 "{\"bench\":\"kernels_matmul\",\"model_shape\":\"smollm2-135m\","
-                                 "\"type\":\"%s\",\"row_width\":%lld,\"backend\":\"%s\","
-                                 "\"threads\":%d,\"n_tok\":%lld,\"ms_per_step\":%.4f,"
-                                 "\"tok_s\":%.2f,\"gflops\":%.2f,\"weight_gbs\":%.2f}",
-                                 rill_dtype_name(t), (long long)E, rill_backend_name(b),
-                                 rill_backend_n_threads(b), (long long)n_tok, step * 1e3, tok_s,
-                                 gflops, wgbs);
-                    }
-                    rill_backend_free(b, x);
-                    rill_backend_free(b, y);
                 }
-                for (int l = 0; l < N_LAYER; l++) {
-                    for (int s = 0; s < NS; s++) {
-                        rill_weight_destroy(&w[l][s]);
+                for (int si = 0; si < n_b; si++) {
+                    for (int l = 0; l < N_LAYER; l++) {
+                        for (int s = 0; s < NS; s++) {
+                            rill_weight_destroy(&w[si][l][s]);
+                        }
                     }
+                    rill_backend_destroy(&b[si]);
                 }
-                rill_backend_destroy(&b);
             }
         }
         for (int l = 0; l < N_LAYER; l++) {

@@ -6,18 +6,25 @@ llama-bench measures it: pp = N_PROMPT random token ids evaluated in batches of 
 tokens decoded one at a time, both on top of DEPTH tokens already in the cache (llama-bench's -d;
 evaluated once, untimed; 0 = an empty context). --flash-attn runs both with flash attention
 (rill --attn flash, llama.cpp LLAMA_FLASH_ATTN_TYPE_ENABLED); without it both use their exact
-attention. The runs alternate (rill, llama.cpp, rill, llama.cpp, ...) so that drift of a shared,
-noisy machine hits both alike; each figure is the median over the rounds, and the ratio is
-rill / llama.cpp of the medians. rill is measured with `rill bench model -r 1` (one warm-up and
-one measured run per round, in a fresh process, which evaluates the depth anew); llama.cpp
-through llama-cpp-python in this process (the depth evaluated once), also with one warm-up per
-round.
+attention.
 
-Prints a Markdown table and one JSON line per (model, threads).
+llama.cpp comes in up to two builds, each llama-cpp-python of the same version in its own
+Python (--llama): "portable", the .venv's AVX2 build that the reference data comes from (the
+interpreter running this script), and "native", the GGML_NATIVE build of this CPU
+(scripts/setup.sh --llama-native: $RILL_CACHE/llama-native/venv). Each runs in a worker process
+of its own Python (this script with --worker), which loads the model and evaluates the depth
+once. The runs alternate (rill, llama.cpp portable, llama.cpp native, rill, ...) so that drift
+of a shared, noisy machine hits all alike; each figure is the median over the rounds, and a
+ratio is rill / llama.cpp of the medians. rill is measured with `rill bench model -r 1` (one
+warm-up and one measured run per round, in a fresh process, which evaluates the depth anew);
+llama.cpp also with one warm-up per round.
 
-Usage: bench/vs_llama_cpp.py [--rill build/cli/rill] [--threads 1,2] [--rounds 5]
-                             [-p 512] [-n 128] [-d 0] [--flash-attn] MODEL.gguf [...]
-Needs the oracle tier: scripts/setup.sh --llama.
+Prints the builds' system info, a Markdown table and one JSON line per (model, threads).
+
+Usage: bench/vs_llama_cpp.py [--rill build/cli/rill] [--llama portable,native] [--threads 1,2]
+                             [--rounds 5] [-p 512] [-n 128] [-d 0] [--flash-attn] MODEL.gguf [...]
+Needs the oracle tier: scripts/setup.sh --llama (and --llama-native for the native build; without
+it the default --llama is the portable build alone).
 """
 import argparse
 import json
@@ -28,7 +35,10 @@ import subprocess
 import sys
 import time
 
-import llama_cpp
+NATIVE_PYTHON = os.path.join(
+    os.environ.get("RILL_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rill"),
+    "llama-native", "venv", "bin", "python")
 
 
 def rill_run(rill, model, threads, n_prompt, n_gen, depth, flash):
@@ -42,7 +52,10 @@ def rill_run(rill, model, threads, n_prompt, n_gen, depth, flash):
 
 
 class LlamaCpp:
+    """One llama.cpp context in this process (the worker side)."""
+
     def __init__(self, model, threads, n_ctx, flash):
+        import llama_cpp
         self.llm = llama_cpp.Llama(model_path=model, n_ctx=n_ctx, n_batch=512, n_ubatch=512,
                                    n_threads=threads, n_threads_batch=threads, verbose=False,
                                    logits_all=False, flash_attn=flash)
@@ -85,11 +98,71 @@ class LlamaCpp:
         return pp, tg
 
 
+def worker():
+    """The worker: JSON requests on stdin, one JSON reply line each on stdout."""
+    import llama_cpp
+    ref = None
+    for line in sys.stdin:
+        req = json.loads(line)
+        op = req["op"]
+        if op == "hello":
+            info = llama_cpp.llama_print_system_info()
+            reply = {"version": llama_cpp.__version__, "file": llama_cpp.__file__,
+                     "system_info": info.decode() if isinstance(info, bytes) else str(info)}
+        elif op == "open":
+            ref = LlamaCpp(req["model"], req["threads"], req["n_ctx"], req["flash"])
+            reply = {"n_vocab": ref.n_vocab}
+        elif op == "fill":
+            ref.fill(req["ids"])
+            reply = {}
+        elif op == "run":
+            pp, tg = ref.run(req["n_prompt"], req["n_gen"])
+            reply = {"pp": pp, "tg": tg}
+        elif op == "close":
+            ref = None
+            reply = {}
+        else:
+            reply = {"error": f"unknown op {op}"}
+        print(json.dumps(reply), flush=True)
+
+
+class Worker:
+    """A llama.cpp build in its own Python process (this script with --worker)."""
+
+    def __init__(self, name, python):
+        self.name = name
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "--worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.hello = self.call(op="hello")
+
+    def call(self, **req):
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.exit(f"vs_llama_cpp: the {self.name} llama.cpp worker exited "
+                     f"(status {self.proc.wait()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            sys.exit(f"vs_llama_cpp: {self.name}: {reply['error']}")
+        return reply
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
 def main():
+    if sys.argv[1:2] == ["--worker"]:
+        worker()
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+")
     ap.add_argument("--rill", default=os.path.join(os.path.dirname(__file__), "..", "build",
                                                    "cli", "rill"))
+    ap.add_argument("--llama", default=None,
+                    help="llama.cpp builds, comma-separated: portable (this Python's), native "
+                         f"({NATIVE_PYTHON}); default both where the native one is installed")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("-p", "--n-prompt", type=int, default=512)
@@ -97,44 +170,76 @@ def main():
     ap.add_argument("-d", "--depth", type=int, default=0,
                     help="tokens in the cache under each test (llama-bench's -d)")
     ap.add_argument("--flash-attn", action="store_true",
-                    help="flash attention in both engines (default: both exact)")
+                    help="flash attention in all engines (default: all exact)")
     a = ap.parse_args()
     at = f" @ d{a.depth}" if a.depth else ""
+    pythons = {"portable": sys.executable, "native": NATIVE_PYTHON}
+    if a.llama is None:
+        a.llama = "portable,native" if os.access(NATIVE_PYTHON, os.X_OK) else "portable"
+        if a.llama == "portable":
+            print(f"vs_llama_cpp: no native llama.cpp ({NATIVE_PYTHON}; scripts/setup.sh "
+                  "--llama-native): the portable build alone", file=sys.stderr)
+    builds = a.llama.split(",")
+    for b in builds:
+        if b not in pythons:
+            sys.exit(f"vs_llama_cpp: --llama {b}: not portable or native")
+        if not os.access(pythons[b], os.X_OK):
+            sys.exit(f"vs_llama_cpp: --llama {b}: {pythons[b]} missing "
+                     "(scripts/setup.sh --llama-native)")
+    workers = [Worker(b, pythons[b]) for b in builds]
 
-    print(f"llama-cpp-python {llama_cpp.__version__}; {a.rounds} alternating rounds; "
-          f"pp{a.n_prompt}{at}, tg{a.n_gen}{at}; attention "
-          f"{'flash' if a.flash_attn else 'exact'} in both")
-    print("| model | threads | test | rill t/s | llama.cpp t/s | rill / llama.cpp |")
-    print("|---|---|---|---|---|---|")
+    for w in workers:
+        print(f"llama.cpp {w.name}: llama-cpp-python {w.hello['version']} ({w.hello['file']}); "
+              f"{w.hello['system_info'].strip()}")
+    print(f"{a.rounds} alternating rounds; pp{a.n_prompt}{at}, tg{a.n_gen}{at}; attention "
+          f"{'flash' if a.flash_attn else 'exact'} in all")
+    cols = "".join(f" llama.cpp {w.name} t/s | rill / {w.name} |" for w in workers)
+    print(f"| model | threads | test | rill t/s |{cols}")
+    print("|---|---|---|---|" + "---|---|" * len(workers))
     lines = []
     for model in a.models:
         for threads in [int(t) for t in a.threads.split(",")]:
-            ref = LlamaCpp(model, threads, a.depth + max(a.n_prompt, a.n_gen) + 16, a.flash_attn)
             rng = random.Random(7)
-            ref.fill([rng.randrange(ref.n_vocab) for _ in range(a.depth)])
-            r_pp, r_tg, l_pp, l_tg = [], [], [], []
+            for w in workers:
+                n_vocab = w.call(op="open", model=model, threads=threads,
+                                 n_ctx=a.depth + max(a.n_prompt, a.n_gen) + 16,
+                                 flash=a.flash_attn)["n_vocab"]
+            depth_ids = [rng.randrange(n_vocab) for _ in range(a.depth)]
+            for w in workers:
+                w.call(op="fill", ids=depth_ids)
+            r_pp, r_tg = [], []
+            l_pp = {w.name: [] for w in workers}
+            l_tg = {w.name: [] for w in workers}
             backend = "?"
             for _ in range(a.rounds):
                 pp, tg, backend = rill_run(a.rill, model, threads, a.n_prompt, a.n_gen,
                                            a.depth, a.flash_attn)
                 r_pp.append(pp)
                 r_tg.append(tg)
-                pp, tg = ref.run(a.n_prompt, a.n_gen)
-                l_pp.append(pp)
-                l_tg.append(tg)
-            del ref
+                for w in workers:
+                    res = w.call(op="run", n_prompt=a.n_prompt, n_gen=a.n_gen)
+                    l_pp[w.name].append(res["pp"])
+                    l_tg[w.name].append(res["tg"])
+            for w in workers:
+                w.call(op="close")
             name = os.path.basename(model)
             res = {"model": name, "threads": threads, "rill_backend": backend, "depth": a.depth,
-                   "attn": "flash" if a.flash_attn else "exact"}
+                   "attn": "flash" if a.flash_attn else "exact", "rounds": a.rounds}
             for test, r, l in (("pp", r_pp, l_pp), ("tg", r_tg, l_tg)):
-                rm, lm = statistics.median(r), statistics.median(l)
-                print(f"| {name} | {threads} | {test}{a.n_prompt if test == 'pp' else a.n_gen}{at} "
-                      f"| {rm:.1f} | {lm:.1f} | {rm / lm:.2f} |")
+                rm = statistics.median(r)
+                row = f"| {name} | {threads} | {test}{a.n_prompt if test == 'pp' else a.n_gen}{at} " \
+                      f"| {rm:.1f} |"
                 res[f"{test}_rill"] = round(rm, 2)
-                res[f"{test}_llama_cpp"] = round(lm, 2)
-                res[f"{test}_ratio"] = round(rm / lm, 3)
+                for w in workers:
+                    lm = statistics.median(l[w.name])
+                    row += f" {lm:.1f} | {rm / lm:.2f} |"
+                    res[f"{test}_llama_{w.name}"] = round(lm, 2)
+                    res[f"{test}_ratio_{w.name}"] = round(rm / lm, 3)
+                print(row)
             lines.append(res)
             sys.stdout.flush()
+    for w in workers:
+        w.close()
     for res in lines:
         print(json.dumps(res))
 

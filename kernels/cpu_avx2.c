@@ -187,7 +187,7 @@ INLINE AVX2 __m256i k4_scales_mins(const uint8_t *scales) {
  * converting an f16 per block and token. */
 
 static size_t side_offset(int64_t nb, size_t block_bytes) {
-    return ((size_t)nb * block_bytes + 31u) & ~(size_t)31u;
+    return rill__act_side_offset(nb, block_bytes);
 }
 
 static int64_t act_row_bytes(rill_dtype_t wt, int64_t n) {

@@ -6,7 +6,8 @@
  *   - The kernel table (AVX-512, AVX2 or scalar) is picked once at creation: CPUID decides
  *     under RILL_SIMD_AUTO, and RILL_SIMD=scalar|avx2|avx512 in the environment overrides AUTO
  *     so that CI can run the whole suite on every path on one machine. The AVX-512 table is the
- *     AVX2 one with its flash attention kernel in 512-bit vectors (the same bits).
+ *     AVX2 one with its flash attention kernel and, with VNNI, its Q8_0/Q4_1/Q4_0 matmul
+ *     kernels in 512-bit vectors (the same bits).
  *   - Small ops run inline on the calling thread: waking workers costs microseconds, and for one
  *     decode token an RMSNorm or a residual add over 576 floats is far cheaper than that. Work is
  *     handed to the pool from PAR_MIN_WORK elements on.

@@ -5,7 +5,8 @@
  * holds the innermost loops. cpu_scalar.c fills one in portable C; cpu_avx2.c one with
  * AVX2/FMA/F16C intrinsics, compiled with per-function target attributes so the library builds
  * with baseline x86-64 flags and only calls them after a CPUID check; cpu_avx512.c copies the
- * AVX2 table and swaps its flash attention kernel. Every table gives the reference's bits (the
+ * AVX2 table and swaps its flash attention kernel and (with AVX-512 VNNI) its Q8_0, Q4_1 and
+ * 8-row Q4_0 matmul kernels. Every table gives the reference's bits (the
  * backend-ops test of tests/test_kernels.c runs the backend at each level against "ref").
  *
  * Includes backend_internal.h (the handle, the weight, and through it ggml_internal.h, the
@@ -46,6 +47,13 @@ typedef void (*rill__tile_fn)(int64_t n, const void *w, const void *act, size_t 
 typedef void (*rill__tile8_fn)(int64_t n, const void *w, size_t w_stride, const void *act,
                                size_t act_stride, int nt, float *y, int64_t y_stride);
 
+/* Where the AVX2 table's act rows keep their f32 side data (cpu_avx2.c, "act rows with f32
+ * side data"): after nb blocks of block_bytes, at a 32-byte boundary. The AVX-512 table uses the
+ * same act rows. */
+static inline size_t rill__act_side_offset(int64_t nb, size_t block_bytes) {
+    return ((size_t)nb * block_bytes + 31u) & ~(size_t)31u;
+}
+
 /* Converts one f32 row of n values into the act row of a weight type (quant_internal.h). */
 typedef void (*rill__act_fn)(const float *x, void *act, int64_t n);
 
@@ -76,6 +84,11 @@ typedef struct rill__cpu_kernels {
     /* Optional 8-row kernels (NULL: use tile). For Q4_0 this reproduces llama.cpp's repacked
      * (q4_0_8x8) numerics, which it uses exactly when the row count is a multiple of 8. */
     rill__tile8_fn tile8[RILL__DTYPE_SLOTS];
+    /* Optional 2-row kernels (NULL: use tile): two consecutive rows against up to 4 tokens, with
+     * exactly tile's bits for each row (y[t * y_stride + r], r < 2). cpu_matmul.c runs them where
+     * every token of the matmul takes tile (the vec_dot path) and tile8 does not apply; an odd
+     * last row of a chunk goes to tile. */
+    rill__tile8_fn tile2[RILL__DTYPE_SLOTS];
     /* tile reproduces llama.cpp's vec_dot kernel; these its other kernels (rill__mm_path_t),
      * whose f32 sums round differently; NULL means "as tile", which is exact for the types
      * where llama.cpp's kernels agree:
@@ -124,8 +137,9 @@ void rill__cpu_matmul(const rill__cpu_kernels_t *k, rill_pool_t *pool, void *scr
 /* True when the CPU and OS support AVX2, FMA and F16C (CPUID + XGETBV). */
 bool rill__cpu_has_avx2(void);
 
-/* The AVX2 table with the flash attention kernel in AVX-512 (cpu_avx512.c), or NULL when this
- * CPU (or OS) lacks AVX2 or AVX-512 F/VL/BW. */
+/* The AVX2 table with the flash attention kernel, and with AVX-512 VNNI the Q8_0/Q4_1/Q4_0
+ * matmul kernels, in AVX-512 (cpu_avx512.c), or NULL when this CPU (or OS) lacks AVX2 or
+ * AVX-512 F/VL/BW. */
 const rill__cpu_kernels_t *rill__cpu_kernels_avx512(void);
 
 /* True when rill__cpu_kernels_avx512() is available (CPUID + XGETBV). */

@@ -10,7 +10,8 @@
  *   2. work items = (token block, row chunk) pairs, claimed dynamically by the threads. Inside an
  *      item the loop runs tiles of 4 tokens x 1 row (x 8 rows where the table has an 8-row
  *      kernel and O is a multiple of 8: Q4_0), rows innermost: the chunk's weight rows (<= ~16
- *      KiB) stay in L1 while the act rows of a tile are reused against each of them, and a
+ *      KiB) stay in L1 while the act rows of a tile are reused against each of them (x 2 rows where
+ *      the table has a 2-row kernel for a vec_dot-path matmul: AVX-512), and a
  *      token block's act rows (64 rows, ~100 KiB for E = 1536) stay in L2 across chunks. For
  *      decode (T = 1) an item is simply a run of rows, sized so every thread gets several.
  * Every output element is written by exactly one thread and computed by the same kernel
@@ -30,6 +31,7 @@ typedef struct mm_job {
     rill__tile_fn tile_head; /* tokens [0, split): llama.cpp's kernel may differ there */
     int64_t split;
     rill__tile8_fn tile8; /* non-NULL: rows go 8 at a time (chunks are multiples of 8) */
+    rill__tile8_fn tile2; /* non-NULL: rows go 2 at a time, an odd last one through tile */
     rill__act_fn act_fn;
     const uint8_t *w;
     size_t w_row_bytes;
@@ -71,7 +73,14 @@ static void run_items(void *ctx, int64_t begin, int64_t end, int thread) {
                 continue;
             }
             const rill__tile_fn tile = t < j->split ? j->tile_head : j->tile; /* never straddles */
-            for (int64_t r = r0; r < r1; r++) {
+            int64_t r = r0;
+            if (j->tile2 != NULL) {
+                for (; r + 2 <= r1; r += 2) {
+                    j->tile2(j->n_in, j->w + (size_t)r * j->w_row_bytes, j->w_row_bytes, act,
+                             j->act_stride, nt, y + r, j->n_out);
+                }
+            }
+            for (; r < r1; r++) {
                 tile(j->n_in, j->w + (size_t)r * j->w_row_bytes, act, j->act_stride, nt, y + r,
                      j->n_out);
             }
@@ -148,6 +157,10 @@ void rill__cpu_matmul(const rill__cpu_kernels_t *k, rill_pool_t *pool, void *scr
     if (k->tile8[w->dtype] != NULL && rill__mm_path_for(w, n_tok, 0) == RILL__MM_REPACK) {
         j.tile8 = k->tile8[w->dtype];
         j.rows_per_chunk = (j.rows_per_chunk + 7) / 8 * 8;
+    } else if (k->tile2[w->dtype] != NULL && j.tile_head == k->tile[w->dtype] &&
+               j.tile == k->tile[w->dtype]) {
+        j.tile2 = k->tile2[w->dtype];
+        j.rows_per_chunk = (j.rows_per_chunk + 1) / 2 * 2;
     }
     j.n_chunks = (j.n_out + j.rows_per_chunk - 1) / j.rows_per_chunk;
     const int64_t n_items = j.n_chunks * ((n_tok + j.toks_per_block - 1) / j.toks_per_block);

@@ -221,9 +221,11 @@ typedef enum rill_simd {
                              avx2 or avx512 overrides AUTO (for tests and benchmarks) */
     RILL_SIMD_SCALAR = 1, /* portable C */
     RILL_SIMD_AVX2 = 2,   /* AVX2 + FMA + F16C; creation fails with RILL_EUNSUPPORTED without */
-    RILL_SIMD_AVX512 = 3  /* the AVX2 kernels with flash attention in AVX-512 (F, VL, BW): the
-                             same bits, 1.3x the AVX2 flash kernel's speed on a CPU with one
-                             512-bit FMA port; creation fails with RILL_EUNSUPPORTED without */
+    RILL_SIMD_AVX512 = 3  /* AVX-512 (F, VL, BW): the AVX2 table's bits, with flash attention
+                             in 512-bit vectors (1.3x the AVX2 flash kernel's speed on a CPU
+                             with one 512-bit FMA port) and, where the CPU has AVX-512 VNNI, the
+                             Q8_0, Q4_1 and 8-row Q4_0 matmul kernels too (docs/quantization.md);
+                             creation fails with RILL_EUNSUPPORTED without AVX-512 F/VL/BW */
 } rill_simd_t;
 
 /* Attention kernel (every backend; see Numerics). Unlike RILL_SIMD there is no environment

