@@ -190,6 +190,7 @@ static void add_stats(rill_asr_stats_t *t, rill_asr_stats_t u) {
     t->skipped_settled += u.skipped_settled;
     t->no_speech += u.no_speech;
     t->hit_limit += u.hit_limit;
+    t->prompt_resets += u.prompt_resets;
     t->samples_dropped += u.samples_dropped;
     t->window_samples = u.window_samples;
     t->max_window_samples =
