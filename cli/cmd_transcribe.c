@@ -7,9 +7,9 @@
  * recognizer step whenever a second of new audio has come (rill_asr_ready). A file is read as
  * fast as the machine allows, or at --pace times real time (the reader sleeps until the wall
  * clock reaches audio / pace). --offline is the whole-file baseline: no step until the window
- * is full, so a clip shorter than the window is decoded once, at the end. Decodes use Whisper's
- * timestamps and trim the window at committed segment ends (rill_asr.h); --no-timestamps
- * decodes without them (one segment per decode, forced trims only).
+ * is full, so a clip shorter than the window is decoded once, at the end. --timestamps decodes
+ * with Whisper's timestamps and trims the window at committed segment ends (not the default
+ * yet: docs/architecture.md).
  *
  * Output. --json: a line per change (new committed words or a different tentative tail), with
  * the whole committed text so far, then the final line; the committed text is kept here (the
@@ -164,7 +164,7 @@ static void pace_to(const out_state_t *o, int64_t audio_samples, double pace) {
 
 int cmd_transcribe(int argc, char **argv) {
     const char *asr_path = NULL, *language = "en";
-    bool json = false, mic = false, offline = false, no_timestamps = false;
+    bool json = false, mic = false, offline = false, timestamps = false;
     int64_t device = -1, threads = 0, step_ms = 1000;
     double pace = 0;
     const cli_opt_t opts[] = {
@@ -188,9 +188,9 @@ int cmd_transcribe(int argc, char **argv) {
           "baseline",
           0, -1 },
         { "step-ms", NULL, CLI_INT, &step_ms, "new audio between re-decodes, ms", 100, 10000 },
-        { "no-timestamps", NULL, CLI_FLAG, &no_timestamps,
-          "decode without Whisper's timestamps (the window is then trimmed only when it passes "
-          "24 s); default: with them, trimming at committed segment ends",
+        { "timestamps", NULL, CLI_FLAG, &timestamps,
+          "decode with Whisper's timestamps and trim the window at committed segment ends "
+          "(experimental: docs/architecture.md, the streaming recognizer)",
           0, -1 },
         { "threads", "-t", CLI_INT, &threads, "compute threads, 0 = one per CPU", 0, 512 },
         { 0 },
@@ -281,7 +281,7 @@ int cmd_transcribe(int argc, char **argv) {
     ap.language = language;
     ap.step_ms = (int32_t)step_ms;
     ap.keep_committed = false;
-    ap.timestamps = !no_timestamps;
+    ap.timestamps = timestamps;
     if (ap.transcript.max_window_ms > ap.window_ms - ap.step_ms) {
         ap.transcript.max_window_ms = ap.window_ms - ap.step_ms;
     }

@@ -89,8 +89,9 @@ typedef struct rill_asr_params {
     bool keep_committed;       /* keep the whole committed text (default true); false: see the
                                   top (memory) */
     bool timestamps;           /* decode with timestamps and trim at segment ends (default
-                                  true); false: one segment of unknown end per decode, trims at
-                                  max_window_ms (and in silence) only */
+                                  false: one segment of unknown end per decode, trims at
+                                  max_window_ms and in silence only; true loses the last words
+                                  of a Bible verse, see docs/architecture.md) */
     rill_transcript_params_t transcript; /* max_window_ms must be <= window_ms - step_ms */
     rill_vad_params_t vad;
 } rill_asr_params_t;
