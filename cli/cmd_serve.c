@@ -165,7 +165,10 @@ int cmd_serve(int argc, char **argv) {
     const cli_opt_t opts[] = {
         { "model", "-m", CLI_LIST, &models,
           "GGUF model, FILE or NAME=FILE; repeat for several (the first is the default; "
-          "without: the default model)",
+          "without: the default model). A Whisper GGUF (tools/whisper_to_gguf.py), e.g. "
+          "--model asr=models/whisper-tiny.en.gguf, is a speech recognizer: session.create "
+          "with asr: NAME (or model: NAME, transcript-only) gives a session that takes "
+          "ingest.audio",
           1, 0 },
         { "config", NULL, CLI_STRING, &config,
           "read settings from a file first: 'option = value' per line (flags: 'true')", 1, 0 },
@@ -245,7 +248,10 @@ int cmd_serve(int argc, char **argv) {
                        "XPUB socket\n(docs/protocol.md), and with --http over HTTP too. Without "
                        "--curve-keys (--http-tokens\nfor HTTP) it binds loopback "
                        "endpoints only, unless --insecure-bind. SIGINT/SIGTERM: snapshots every "
-                       "session and exits.",
+                       "session and exits.\nSpeech: with a Whisper model (--model asr=FILE), "
+                       "sessions take audio packets (ingest.audio: opus or pcm16, flush ends a "
+                       "stream)\nand publish <session>/transcript events {committed, tentative, "
+                       "audio_s}; session.stats has their asr figures.",
                        NULL, 0, &n_pos);
     if (rc != 0) {
         return rc == 1 ? 0 : rc;

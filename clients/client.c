@@ -627,6 +627,19 @@ static bool parse_event_msg(rill_client_t *c, const char *topic, size_t tl, cons
              rill__client_f64(rill__client_get(&m, "compute_ms"), &ev->compute_ms) &&
              rill__client_f64(rill__client_get(&m, "age_ms"), &ev->age_ms) &&
              rill__client_i64(rill__client_get(&m, "data_version"), &ev->data_version);
+    } else if (strcmp(ev->kind_name, "transcript") == 0) {
+        ev->kind = RILL_CLIENT_EVENT_TRANSCRIPT;
+        const msgpack_object *fin = rill__client_get(&m, "final");
+        ok = rill__client_str(z, rill__client_get(&m, "committed"), &ev->committed,
+                              &ev->committed_len) &&
+             rill__client_str(z, rill__client_get(&m, "tentative"), &ev->tentative,
+                              &ev->tentative_len) &&
+             rill__client_f64(rill__client_get(&m, "audio_s"), &ev->audio_s) && fin != NULL &&
+             fin->type == MSGPACK_OBJECT_BOOLEAN &&
+             rill__client_i64(rill__client_get(&m, "version"), &ev->version) &&
+             rill__client_str(z, rill__client_get(&m, "status"), &ev->status, NULL) &&
+             rill__client_str(z, rill__client_get(&m, "message"), &ev->message, NULL);
+        ev->final = ok && fin->via.boolean;
     }
     if (!ok) {
         snprintf(msg, msglen, "malformed %s event on %s: a field is missing or of the wrong type",

@@ -347,6 +347,76 @@ rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *sessio
     return send_ticks(c, session, batch, len, out);
 }
 
+#define AUDIO_MAX_PACKET (1u << 20) /* docs/protocol.md: data at most 1 MiB */
+
+rill_err_t rill_client_ingest_audio(rill_client_t *c, const char *session, const char *codec,
+                                    int64_t rate, int64_t channels, int64_t seq, const void *data,
+                                    size_t len, bool flush, rill_client_audio_result_t *out) {
+    if (c == NULL) {
+        return RILL_EINVAL;
+    }
+    rill__client_begin(c);
+    if (!rill__client_name_ok(c, session)) {
+        return RILL_EINVAL;
+    }
+    if (data == NULL && len > 0) {
+        return rill__client_fail(c, RILL_EINVAL, "data is NULL");
+    }
+    const bool packet = data != NULL;
+    if (!packet && !flush) {
+        return rill__client_fail(c, RILL_EINVAL, "neither a packet nor flush: nothing to send");
+    }
+    if (packet) {
+        if (!str_arg_ok(c, codec, "codec")) {
+            return RILL_EINVAL;
+        }
+        if (rate < 0 || rate > UINT32_MAX || channels < 0 || channels > UINT32_MAX || seq < 0 ||
+            seq > UINT32_MAX) {
+            return rill__client_fail(c, RILL_EINVAL,
+                                     "rate %lld, channels %lld, seq %lld: each 0..2^32-1",
+                                     (long long)rate, (long long)channels, (long long)seq);
+        }
+        if (len > AUDIO_MAX_PACKET) {
+            return rill__client_fail(c, RILL_ERANGE, "a packet of %zu bytes (at most %u)", len,
+                                     AUDIO_MAX_PACKET);
+        }
+    }
+    msgpack_packer pk;
+    rill__client_args(c, &pk, 1 + (packet ? 5 : 0) + (flush ? 1 : 0));
+    pack_kv_str(&pk, "session", session);
+    if (packet) {
+        pack_kv_str(&pk, "codec", codec);
+        pack_kv_u64(&pk, "rate", (uint64_t)rate);
+        pack_kv_u64(&pk, "channels", (uint64_t)channels);
+        pack_kv_u64(&pk, "seq", (uint64_t)seq);
+        rill__client_pack_str(&pk, "data");
+        msgpack_pack_bin(&pk, len);
+        msgpack_pack_bin_body(&pk, data, len);
+    }
+    if (flush) {
+        rill__client_pack_str(&pk, "flush");
+        msgpack_pack_true(&pk);
+    }
+    rill_err_t st = rill__client_call(c, "ingest.audio", true, NULL);
+    if (st != RILL_OK) {
+        return st;
+    }
+    rill_client_audio_result_t r = { 0 };
+    const msgpack_object *res = &c->result;
+    if (!rill__client_i64(rill__client_get(res, "samples"), &r.samples) ||
+        !rill__client_str(&c->rzone, rill__client_get(res, "packet"), &r.packet, NULL) ||
+        !rill__client_i64(rill__client_get(res, "lost"), &r.lost) ||
+        !rill__client_i64(rill__client_get(res, "concealed_ms"), &r.concealed_ms) ||
+        !rill__client_i64(rill__client_get(res, "expected"), &r.expected) ||
+        !rill__client_i64(rill__client_get(res, "queue_free"), &r.queue_free)) {
+        return bad_result(c, "ingest.audio", "a field is missing or not a number");
+    }
+    if (out != NULL) {
+        *out = r;
+    }
+    return RILL_OK;
+}
+
 /* session + question + max_tokens (+ consistency when evaluated) */
 static rill_err_t question_args(rill_client_t *c, const char *session, const char *question,
                                 int32_t max_tokens, bool evaluated) {

@@ -194,6 +194,37 @@ rill_err_t rill_client_ingest_ticks_msgpack(rill_client_t *c, const char *sessio
                                             const void *batch, size_t len,
                                             rill_client_ticks_result_t *out);
 
+typedef struct rill_client_audio_result {
+    int64_t samples;      /* 16 kHz samples the packet and any concealment before it gave */
+    const char *packet;   /* "ok", "gap" (after concealed or lost packets), "resync",
+                             "duplicate", "late" (both dropped, not errors), "none" (a flush
+                             alone); borrowed until the next call */
+    int64_t lost;         /* packets the gap before this one skipped */
+    int64_t concealed_ms; /* audio made up for them */
+    int64_t expected;     /* the seq the stream expects next (-1 after a flush) */
+    int64_t queue_free;   /* 16 kHz samples the recognizer's queue can take now */
+} rill_client_audio_result_t;
+
+/* ingest.audio: one packet of a session's audio stream (a session with a recognizer:
+ * session.create on a Whisper model, or with asr; docs/protocol.md, "Speech sessions").
+ * codec "opus" (one Opus packet; rate 8000, 12000, 16000, 24000 or 48000; channels 1 or 2) or
+ * "pcm16" (little-endian 16-bit interleaved frames, 1 ms to 1 s; rate 8000..384000, channels
+ * 1..32); seq counts the stream's packets (the first sets where it starts; gaps are concealed,
+ * repeats dropped). data[0, len) is the packet, at most 1 MiB; data NULL with len 0 sends no
+ * packet, only the flush (then flush must be true, and codec, rate, channels and seq are not
+ * sent). flush true ends the stream after the packet: the recognizer commits its tail (a final
+ * transcript event) and the next packet starts a new stream. *out (optional) gets the reply.
+ * Errors, nothing sent: RILL_EINVAL (a NULL or empty codec with a packet, rate, channels or seq
+ * negative or out of uint32 range, data NULL with len > 0, neither a packet nor flush),
+ * RILL_ERANGE (len over 1 MiB). From the server, nothing changed: RILL_EUNSUPPORTED (no
+ * recognizer, another codec), RILL_EINVAL (a packet that does not match its stream), RILL_ERANGE
+ * (a rate or channel count the codec does not take), RILL_EFORMAT (a malformed packet),
+ * RILL_EFULL (the recognizer's queue is full: send the same packet again later), RILL_ENOTFOUND,
+ * RILL_EPERM, and those at the top. */
+rill_err_t rill_client_ingest_audio(rill_client_t *c, const char *session, const char *codec,
+                                    int64_t rate, int64_t channels, int64_t seq, const void *data,
+                                    size_t len, bool flush, rill_client_audio_result_t *out);
+
 /* ---- questions ---------------------------------------------------------------------------- */
 
 /* Called with each piece of the answer as the server streams it (UTF-8, complete characters;
@@ -318,7 +349,8 @@ typedef enum rill_client_event_kind {
     RILL_CLIENT_EVENT_OTHER = 0, /* a kind this client does not know: common fields only */
     RILL_CLIENT_EVENT_TOKEN,     /* a piece of an answer being streamed */
     RILL_CLIENT_EVENT_ANSWER,    /* the end of an ask */
-    RILL_CLIENT_EVENT_STANDING   /* a standing query's new answer */
+    RILL_CLIENT_EVENT_STANDING,  /* a standing query's new answer */
+    RILL_CLIENT_EVENT_TRANSCRIPT /* a change of a speech session's transcript */
 } rill_client_event_kind_t;
 
 /* One event. Strings are NUL-terminated and borrowed (valid until the next call). Fields that
@@ -337,8 +369,19 @@ typedef struct rill_client_event {
     size_t piece_len;
     const char *answer; /* answer, standing */
     size_t answer_len;
+    const char *committed; /* transcript: the words this update committed (append it to what
+                              came before; led by one space when words came before) */
+    size_t committed_len;
+    const char *tentative; /* transcript: the whole tentative tail now ("" when none) */
+    size_t tentative_len;
+    double audio_s;     /* transcript: audio the recognizer had taken, seconds */
+    bool final;         /* transcript: a flush's update (the tail is committed) */
+    const char *status; /* transcript: "OK", or the error's name (message: the detail) */
+    const char *message;
     const char *question;      /* standing */
-    int64_t version;           /* answer, standing: the data version the answer saw */
+    int64_t version;           /* answer, standing: the data version the answer saw;
+                                  transcript: the session's after the update (-1: a
+                                  transcript-only session) */
     int64_t data_version;      /* standing: the session's version when it was published */
     double ttft_ms, total_ms;  /* answer */
     int64_t backlog;           /* answer: as rill_client_answer_t's (-1 when absent) */

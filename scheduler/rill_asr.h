@@ -18,11 +18,14 @@
  *      sot sequence of rill_whisper_prompt(), without <|notimestamps|> when timestamps is on;
  *      the suppression rules of rill_whisper_greedy() and, with timestamps, Whisper's timestamp
  *      rules (rill_whisper_pick_timestamp(), the first timestamp at most 1 s in); at most
- *      max_tokens tokens. Before the first trim there is no prompt. Committed words whose audio
- *      is still in the window are never in the prompt: given them, Whisper continues after them
- *      instead of transcribing the window from its start, and the hypothesis then lacks the
- *      words local agreement needs to line up (seen on LibriVox 0870: "then" was lost after
- *      "had" was committed);
+ *      max_tokens tokens. A prompted decode that runs to max_tokens is taken for a loop on its
+ *      prompt (Whisper repeating the previous text; max_tokens is above any speech rate) and the
+ *      window is decoded again without the prompt (stats.prompt_resets), as faster-whisper resets
+ *      its prompt when it falls back. Before the first trim there is no prompt. Committed
+ *      words whose audio is still in the window are never in the prompt: given them, Whisper
+ *      continues after them instead of transcribing the window from its start, and the
+ *      hypothesis then lacks the words local agreement needs to line up (seen on LibriVox 0870:
+ *      "then" was lost after "had" was committed);
  *   3. when the no-speech probability (softmax at <|nospeech|> of the logits after sot) exceeds
  *      no_speech_threshold and the decode's mean log-probability is below logprob_threshold
  *      (faster-whisper's rule), the window is taken as no speech (an empty hypothesis);
@@ -87,8 +90,8 @@ typedef struct rill_asr_params {
                                   top (memory) */
     bool timestamps;           /* decode with timestamps and trim at segment ends (default
                                   false: one segment of unknown end per decode, trims at
-                                  max_window_ms only; true commits some clips twice in a stream
-                                  of speech between long silences, see docs/architecture.md) */
+                                  max_window_ms and in silence only; true loses the last words
+                                  of a Bible verse, see docs/architecture.md) */
     rill_transcript_params_t transcript; /* max_window_ms must be <= window_ms - step_ms */
     rill_vad_params_t vad;
 } rill_asr_params_t;
@@ -117,7 +120,10 @@ typedef struct rill_asr_stats {
     int64_t skipped_silence;    /* steps not decoded: no speech in the window */
     int64_t skipped_settled;    /* steps not decoded: no speech since a decode that settled all */
     int64_t no_speech;          /* decodes taken as no speech (step 3 above) */
-    int64_t hit_limit;          /* decodes stopped by max_tokens */
+    int64_t hit_limit;          /* decodes stopped by max_tokens (after a prompt reset: the
+                                   prompt-less decode's) */
+    int64_t prompt_resets;      /* decodes run again without the prompt because the prompted
+                                   one ran to max_tokens (step 2 of the top) */
     int64_t samples_dropped;    /* audio dropped from the window's front */
     int64_t window_samples;     /* the window now */
     int64_t max_window_samples; /* the longest the window has been */

@@ -38,7 +38,7 @@ rill_test(test_server_json SOURCES test_server_json.c LIBS rill_server PkgConfig
 # Against a real rilld (free ports, the default model) and a fake one; `install` pip-installs
 # clients/python into a fresh virtual environment offline (it skips where setuptools cannot
 # build a wheel without network: the wheel package of tools/requirements.txt is missing).
-foreach(t commands complete errors events gaps curve fake install)
+foreach(t commands complete errors events gaps curve fake install audio)
     add_test(NAME test_python_client_${t}
              COMMAND ${RILL_SERVER_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_python_client.py
                      $<TARGET_FILE:rill> ${PROJECT_SOURCE_DIR} ${t})

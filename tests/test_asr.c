@@ -252,7 +252,12 @@ static void noise(float *x, int64_t n, rill_rand_t *rng) {
     }
 }
 
-START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
+/* The 10-minute stream: the espeak clip after 55 s of room noise, eleven times. Before prompt
+ * resets (rill_asr.h, step 2) the timestamp path committed two of the clips three times: from
+ * the fifth cycle on, the previous-text prompt is the sentence repeated, the first decode of a
+ * cycle (1.3 s of audio) ran to max_tokens repeating it, the next one (2.3 s) too, and local
+ * agreement committed the repetition ("smooth" 15 times, live bytes +4672 from cycle 3 to 11). */
+static void ten_minutes(bool timestamps) {
     int64_t nc = 0;
     float *clip = read_clip(BIRCH, &nc);
     ck_assert_ptr_nonnull(clip);
@@ -263,6 +268,7 @@ START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
     noise(sil, ns, test_rng());
     rill_asr_params_t p = rill_asr_default_params();
     p.keep_committed = false;
+    p.timestamps = timestamps;
     rill_asr_t *a = NULL;
     ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
     run_t r = { 0 };
@@ -280,10 +286,11 @@ START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
     finish(a, &r, false);
     const rill_asr_stats_t st = rill_asr_stats(a);
     const double audio_min = (double)st.samples_fed / 16000 / 60;
-    printf("%.1f min of audio: %lld decodes, %lld silent steps skipped, %lld settled steps "
-           "skipped, %lld no-speech, longest window %.1f s; live bytes %lld after 3 cycles, %lld "
-           "after %d; \"smooth\" %d times\n",
-           audio_min, (long long)st.decodes, (long long)st.skipped_silence,
+    printf("%.1f min of audio%s: %lld decodes (%lld prompt resets), %lld silent steps skipped, "
+           "%lld settled steps skipped, %lld no-speech, longest window %.1f s; live bytes %lld "
+           "after 3 cycles, %lld after %d; \"smooth\" %d times\n",
+           audio_min, timestamps ? "" : " (no timestamps)", (long long)st.decodes,
+           (long long)st.prompt_resets, (long long)st.skipped_silence,
            (long long)st.skipped_settled, (long long)st.no_speech,
            (double)st.max_window_samples / 16000, (long long)after3, (long long)end, CYCLES,
            count_of(r.text, "smooth"));
@@ -302,6 +309,15 @@ START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
     free(r.text);
     free(sil);
     free(clip);
+}
+
+START_TEST(a_ten_minute_stream_of_silence_and_speech_stays_bounded) {
+    ten_minutes(true);
+}
+END_TEST
+
+START_TEST(a_ten_minute_stream_without_timestamps_stays_bounded) {
+    ten_minutes(false);
 }
 END_TEST
 
@@ -434,6 +450,57 @@ START_TEST(continuous_speech_is_trimmed_at_the_window_limit) {
 }
 END_TEST
 
+/* A prompted decode that runs to max_tokens is decoded again without the prompt (rill_asr.h,
+ * step 2). max_tokens 6 is below the clip's 13 text tokens, so its decodes hit the limit: the
+ * first clip's (no prompt yet: nothing to reset), then, once the clip is committed and the window
+ * trimmed past it, the second clip's prompted ones, which are redone. */
+START_TEST(a_looping_prompted_decode_is_redone_without_the_prompt) {
+    int64_t nc = 0;
+    float *clip = read_clip(BIRCH, &nc);
+    ck_assert_ptr_nonnull(clip);
+    const int64_t ns = 3 * 16000;
+    float *sil = malloc((size_t)ns * sizeof *sil);
+    ck_assert_ptr_nonnull(sil);
+    noise(sil, ns, test_rng());
+    rill_asr_params_t p = rill_asr_default_params();
+    p.max_tokens = 6;
+    p.timestamps = true; /* as measured: the redo's first token is a timestamp */
+    rill_asr_t *a = NULL;
+    ck_assert_int_eq(rill_asr_new(g_w, g_model, &p, &a), RILL_OK);
+    run_t r = { 0 };
+    stream(a, clip, nc, &r, true);
+    stream(a, sil, ns, &r, true);
+    const rill_asr_stats_t s1 = rill_asr_stats(a);
+    size_t plen = 0;
+    rill_transcript_prompt_before(rill_asr_transcript(a), &plen);
+    stream(a, clip, nc, &r, true);
+    finish(a, &r, true);
+    const rill_asr_stats_t s2 = rill_asr_stats(a);
+    printf("max_tokens 6: %lld decodes, %lld prompt resets, %lld at the limit (first clip: %lld, "
+           "%lld, %lld); prompt before the second clip %zu bytes; \"%s\"\n",
+           (long long)s2.decodes, (long long)s2.prompt_resets, (long long)s2.hit_limit,
+           (long long)s1.decodes, (long long)s1.prompt_resets, (long long)s1.hit_limit, plen,
+           r.text);
+    ck_assert_int_ge(s1.decodes, 2);
+    ck_assert_int_eq(s1.prompt_resets, 0); /* no prompt before the first trim */
+    ck_assert_int_eq(s1.hit_limit, s1.decodes);
+    ck_assert_uint_gt(plen, 0); /* the first clip's words are the prompt now */
+    const int64_t d2 = s2.decodes - s1.decodes, resets = s2.prompt_resets - s1.prompt_resets;
+    ck_assert_int_ge(d2, 2);
+    /* the prompted decodes that ran to the limit were redone (one that ends in eot within 6
+     * tokens, as the clip's last words can, is not) */
+    ck_assert_int_ge(resets, 1);
+    ck_assert_int_le(resets, d2);
+    /* a redone decode counts its 6 prompted tokens and the redo's (a timestamp at least) */
+    ck_assert_int_ge(s2.tokens - s1.tokens, resets * 7);
+    ck_assert_int_le(s2.tokens - s1.tokens, d2 * 6 + resets * 6);
+    rill_asr_destroy(&a);
+    free(r.text);
+    free(sil);
+    free(clip);
+}
+END_TEST
+
 START_TEST(bad_input_is_refused_and_changes_nothing) {
     rill_asr_t *a = NULL;
     ck_assert_int_eq(rill_asr_new(NULL, g_model, NULL, &a), RILL_EINVAL);
@@ -557,11 +624,14 @@ static Suite *asr_suite(void) {
     tcase_add_test(tc, bad_input_is_refused_and_changes_nothing);
     tcase_add_test(tc, failed_allocations_leak_nothing);
     tcase_add_test(tc, continuous_speech_is_trimmed_at_the_window_limit);
-    /* Eleven cycles of one clip and noise: their checks are counts and rill's own live bytes,
-     * which the release pass sees; under a sanitizer only time would grow. */
+    /* The ten-minute cycles of one clip and noise (with and without timestamps): their checks
+     * are counts and rill's own live bytes, which the release pass sees; under a sanitizer only
+     * time would grow. */
     if (!test_light()) {
         tcase_add_test(tc, a_ten_minute_stream_of_silence_and_speech_stays_bounded);
+        tcase_add_test(tc, a_ten_minute_stream_without_timestamps_stays_bounded);
     }
+    tcase_add_test(tc, a_looping_prompted_decode_is_redone_without_the_prompt);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -78,11 +78,17 @@ static void sleep_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
-static char g_model[4096];
+static char g_model[4096], g_asr[4096];
+static bool g_have_asr;
 
 static bool have_model(void) {
     return test_file_exists(
         test_model_path(g_model, sizeof g_model, "SmolLM2-135M-Instruct.Q4_1.gguf"));
+}
+
+/* whisper-tiny.en for the speech commands (the daemon runs without it when it is absent). */
+static bool have_asr(void) {
+    return test_file_exists(test_model_path(g_asr, sizeof g_asr, "whisper-tiny.en.gguf"));
 }
 
 /* ---- the daemon ------------------------------------------------------------------------------ */
@@ -105,9 +111,16 @@ static void daemon_start(void) {
             dup2(fd, 2);
             dup2(fd, 1);
         }
-        execl(RILL_BIN, "rill", "serve", "--model", g_model, "--state", state, "--listen", g_req,
-              "--events", g_ev, "--ready-file", ready, "--threads", "1", "--kv-cells", "16384",
-              "--question-format", "%s", (char *)NULL);
+        char asr[sizeof g_asr + 8];
+        snprintf(asr, sizeof asr, "asr=%s", g_asr);
+        char *argv[] = { "rill",      "serve", "--model",    g_model, "--state",           state,
+                         "--listen",  g_req,   "--events",   g_ev,    "--ready-file",      ready,
+                         "--threads", "1",     "--kv-cells", "16384", "--question-format", "%s",
+                         "--model",   asr,     NULL };
+        if (!g_have_asr) {
+            argv[18] = NULL; /* no Whisper model: no speech sessions */
+        }
+        execv(RILL_BIN, argv);
         _exit(127);
     }
     for (int i = 0; i < 600; i++) {
@@ -1094,6 +1107,142 @@ START_TEST(allocation_failures) {
 }
 END_TEST
 
+/* The clip's samples as little-endian 16-bit PCM (the WAV's "data" chunk; malloc'd). */
+static uint8_t *clip_pcm16(size_t *len) {
+    size_t n = 0;
+    uint8_t *w = (uint8_t *)test_read_text_if_present(
+        RILL_SOURCE_DIR "/tests/data/audio/birch_canoe_espeak.wav", &n);
+    ck_assert_ptr_nonnull(w);
+    for (size_t i = 12; i + 8 <= n;) { /* RIFF chunks after "RIFF" size "WAVE" */
+        const uint32_t sz = (uint32_t)w[i + 4] | (uint32_t)w[i + 5] << 8 |
+                            (uint32_t)w[i + 6] << 16 | (uint32_t)w[i + 7] << 24;
+        if (memcmp(w + i, "data", 4) == 0 && i + 8 + sz <= n) {
+            uint8_t *p = malloc(sz);
+            ck_assert_ptr_nonnull(p);
+            memcpy(p, w + i + 8, sz);
+            free(w);
+            *len = sz;
+            return p;
+        }
+        i += 8 + sz + (sz & 1);
+    }
+    ck_abort_msg("no data chunk in the clip");
+    return NULL;
+}
+
+/* ingest.audio: the espeak clip as 100 ms pcm16 packets into a transcript-only session, a
+ * duplicate, a flush alone; the transcript events (parsed by the client) add up to the
+ * sentence and end with a final one; bad arguments are refused before sending, the server's
+ * refusals come back with their codes. */
+START_TEST(ingest_audio) {
+    if (!g_have_asr) {
+        printf("SKIP part: %s is absent: no speech test\n", g_asr);
+        return;
+    }
+    rill_client_t *c = connect_daemon(30000);
+    const char *name = NULL;
+    CK_OK(c, rill_client_session_create_on(c, "asr", "talk", -1, -1, NULL, &name));
+    ck_assert_str_eq(name, "talk");
+    CK_OK(c, rill_client_subscribe(c, "talk/transcript"));
+    sleep_ms(200); /* the server learns of the subscription asynchronously */
+    size_t len = 0;
+    uint8_t *pcm = clip_pcm16(&len);
+    const size_t pkt = 3200; /* 100 ms of 16 kHz mono */
+    rill_client_audio_result_t r;
+    int64_t seq = 0;
+    for (size_t off = 0; off + pkt <= len; off += pkt, seq++) {
+        CK_OK(c, rill_client_ingest_audio(c, "talk", "pcm16", 16000, 1, seq, pcm + off, pkt, false,
+                                          &r));
+        ck_assert_int_eq(r.samples, 1600);
+        ck_assert_str_eq(r.packet, "ok");
+        ck_assert_int_eq(r.expected, seq + 1);
+        ck_assert_int_eq(r.lost, 0);
+        ck_assert_int_ge(r.queue_free, 0);
+    }
+    /* a repeat is dropped, not an error */
+    CK_OK(c, rill_client_ingest_audio(c, "talk", "pcm16", 16000, 1, 3, pcm, pkt, false, &r));
+    ck_assert_str_eq(r.packet, "duplicate");
+    ck_assert_int_eq(r.samples, 0);
+    /* the stream ends with a flush alone */
+    CK_OK(c, rill_client_ingest_audio(c, "talk", NULL, 0, 0, 0, NULL, 0, true, &r));
+    ck_assert_str_eq(r.packet, "none");
+    ck_assert_int_eq(r.expected, -1);
+    char text[4096] = "";
+    size_t tl = 0;
+    int events = 0;
+    bool final = false;
+    rill_client_event_t ev;
+    while (!final) {
+        const rill_err_t e = rill_client_next_event(c, 120000, &ev);
+        ck_assert_msg(e == RILL_OK, "no final transcript event: %s", rill_err_name(e));
+        ck_assert_int_eq(ev.kind, RILL_CLIENT_EVENT_TRANSCRIPT);
+        ck_assert_str_eq(ev.kind_name, "transcript");
+        ck_assert_str_eq(ev.session, "talk");
+        ck_assert_str_eq(ev.status, "OK");
+        ck_assert_int_eq(ev.version, -1); /* transcript-only */
+        ck_assert_uint_eq(ev.seq, (uint64_t)events + 1);
+        ck_assert_uint_lt(tl + ev.committed_len, sizeof text);
+        memcpy(text + tl, ev.committed, ev.committed_len);
+        tl += ev.committed_len;
+        text[tl] = '\0';
+        final = ev.final;
+        events++;
+    }
+    ck_assert_str_eq(ev.tentative, "");
+    ck_assert_double_ge(ev.audio_s, 2.7);
+    ck_assert_msg(strstr(text, "slid on the smooth") != NULL, "transcript '%s'", text);
+    free(pcm);
+
+    /* refused before anything is sent */
+    const uint8_t two[4] = { 0 };
+    const rill_client_stats_t before = rill_client_stats(c);
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", NULL, 16000, 1, 0, two, 4, false, NULL),
+           RILL_EINVAL, "codec");
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", "pcm16", -1, 1, 0, two, 4, false, NULL),
+           RILL_EINVAL, "rate");
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", "pcm16", 16000, 1, 0, NULL, 4, false, NULL),
+           RILL_EINVAL, "NULL");
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", NULL, 0, 0, 0, NULL, 0, false, NULL), RILL_EINVAL,
+           "nothing to send");
+    uint8_t *big = calloc(1, (1u << 20) + 2);
+    ck_assert_ptr_nonnull(big);
+    CK_ERR(
+        c,
+        rill_client_ingest_audio(c, "talk", "pcm16", 16000, 1, 0, big, (1u << 20) + 2, false, NULL),
+        RILL_ERANGE, "bytes");
+    free(big);
+    ck_assert_int_eq(rill_client_stats(c).requests, before.requests);
+    /* the server's refusals */
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", "flac", 16000, 1, 0, two, 4, false, NULL),
+           RILL_EUNSUPPORTED, "codec");
+    CK_ERR(c, rill_client_ingest_audio(c, "talk", "pcm16", 16000, 1, 0, two, 3, false, NULL),
+           RILL_EFORMAT, "");
+    CK_ERR(c, rill_client_ingest_audio(c, "nobody", "pcm16", 16000, 1, 0, two, 4, false, NULL),
+           RILL_ENOTFOUND, "");
+    CK_OK(c, rill_client_session_create(c, "plain", -1, -1, NULL, NULL));
+    CK_ERR(c, rill_client_ingest_audio(c, "plain", "pcm16", 16000, 1, 0, two, 4, false, NULL),
+           RILL_EUNSUPPORTED, "recognizer");
+    CK_OK(c, rill_client_session_close(c, "plain"));
+    CK_OK(c, rill_client_session_close(c, "talk"));
+    rill_client_destroy(&c);
+}
+END_TEST
+
+/* rilld --help names the Whisper model form and the audio commands. */
+START_TEST(help_names_speech) {
+    FILE *f = popen(RILL_BIN " serve --help", "r");
+    ck_assert_ptr_nonnull(f);
+    static char out[65536];
+    const size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    ck_assert_int_eq(pclose(f), 0);
+    ck_assert_ptr_nonnull(strstr(out, "--model asr="));
+    ck_assert_ptr_nonnull(strstr(out, "ingest.audio"));
+    ck_assert_ptr_nonnull(strstr(out, "/transcript"));
+    ck_assert_ptr_nonnull(strstr(out, "Whisper"));
+}
+END_TEST
+
 int main(void) {
     Suite *su = suite_create("client");
     TCase *hostile = tcase_create("hostile");
@@ -1102,8 +1251,10 @@ int main(void) {
     tcase_add_test(hostile, hostile_events_and_gaps);
     tcase_add_test(hostile, timeouts_and_arguments);
     tcase_add_test(hostile, allocation_failures);
+    tcase_add_test(hostile, help_names_speech);
     suite_add_tcase(su, hostile);
     bool model = have_model();
+    g_have_asr = have_asr();
     if (model) {
         TCase *d = tcase_create("daemon");
         tcase_set_timeout(d, 120);
@@ -1114,6 +1265,7 @@ int main(void) {
         tcase_add_test(d, ticks);
         tcase_add_test(d, standing);
         tcase_add_test(d, server_and_raw_calls);
+        tcase_add_test(d, ingest_audio);
         suite_add_tcase(su, d);
     } else {
         printf("SKIP (partly): the default model is absent (scripts/setup.sh): no daemon tests\n");

@@ -361,6 +361,67 @@ def t_events():
         assert d.stop() == 0, d.log()
 
 
+# ---- speech: ingest_audio and transcript events ---------------------------------------------
+
+WHISPER = os.path.join(os.path.dirname(MODEL), "whisper-tiny.en.gguf")
+BIRCH = os.path.join(SRC, "tests", "data", "audio", "birch_canoe_espeak.wav")
+
+
+def t_audio():
+    """ingest_audio: the espeak clip as 100 ms pcm16 packets into a transcript-only session, a
+    repeat, a flush alone; TranscriptEvents add up to the sentence and end with a final one;
+    bad arguments raise before anything is sent, the server's refusals as their errors."""
+    if not os.path.exists(WHISPER):
+        print(f"skip: no {WHISPER}")
+        return SKIP
+    import wave
+    with wave.open(BIRCH) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (16000, 1, 2)
+        pcm = w.readframes(w.getnframes())
+    with tempfile.TemporaryDirectory() as tmp, \
+            Rilld(tmp, "--model", f"asr={WHISPER}") as d, d.client(timeout=60) as c:
+        assert c.session_create("talk", model="asr") == "talk"
+        with c.events("talk", ["transcript"], timeout=120) as ev:
+            time.sleep(0.3)  # let the subscription reach rilld
+            pkt = 3200  # 100 ms
+            n = len(pcm) // pkt
+            for i in range(n):
+                r = c.ingest_audio("talk", pcm[i * pkt:(i + 1) * pkt], seq=i)
+                assert r["samples"] == 1600 and r["packet"] == "ok", r
+                assert r["expected"] == i + 1 and r["lost"] == 0 and r["queue_free"] >= 0, r
+            r = c.ingest_audio("talk", pcm[:pkt], seq=2)
+            assert r["packet"] == "duplicate" and r["samples"] == 0, r
+            r = c.ingest_audio("talk", flush=True)
+            assert r["packet"] == "none" and r["expected"] == -1, r
+            items = collect(ev, lambda xs: any(isinstance(x, rc.TranscriptEvent) and x.final
+                                               for x in xs), 120)
+            assert not [x for x in items if isinstance(x, rc.Gap)], items
+            tr = [x for x in items if isinstance(x, rc.TranscriptEvent)]
+            assert [x.seq for x in tr] == list(range(1, len(tr) + 1)), tr
+            assert all(x.status == "OK" and x.version == -1 for x in tr), tr
+            assert tr[-1].final and tr[-1].tentative == "" and tr[-1].audio_s >= 2.7, tr[-1]
+            text = "".join(x.committed for x in tr)
+            assert "slid on the smooth" in text, text
+        stats = c.session_stats("talk")["asr"]
+        assert stats["finishes"] == 1 and stats["decodes"] >= 2, stats
+        # refused before anything is sent
+        sent = c.last_request_id
+        raises(rc.InvalidArgumentError, lambda: c.ingest_audio("talk", "text", seq=0))
+        raises(rc.InvalidArgumentError, lambda: c.ingest_audio("talk", pcm[:pkt]))
+        raises(rc.InvalidArgumentError, lambda: c.ingest_audio("talk"))
+        raises(rc.RangeError, lambda: c.ingest_audio("talk", bytes((1 << 20) + 2), seq=0))
+        assert c.last_request_id == sent
+        # the server's refusals
+        raises(rc.UnsupportedError, lambda: c.ingest_audio("talk", pcm[:pkt], seq=0,
+                                                           codec="flac"))
+        raises(rc.FormatError, lambda: c.ingest_audio("talk", b"\x01", seq=0))
+        raises(rc.RangeError, lambda: c.ingest_audio("talk", pcm[:pkt], seq=0, rate=0))
+        raises(rc.NotFoundError, lambda: c.ingest_audio("nobody", pcm[:pkt], seq=0))
+        c.session_create("plain")
+        raises(rc.UnsupportedError, lambda: c.ingest_audio("plain", pcm[:pkt], seq=0))
+        assert d.stop() == 0, d.log()
+
+
 # ---- 4. gaps -----------------------------------------------------------------------------------
 
 def frames(session, kind, seq, **fields):
@@ -656,7 +717,7 @@ def t_install():
         assert s.returncode == 0 and "Requires: msgpack, pyzmq" in s.stdout, s.stdout
 
 
-TESTS = {"commands": t_commands, "complete": t_complete, "errors": t_errors, "events": t_events,
+TESTS = {"audio": t_audio, "commands": t_commands, "complete": t_complete, "errors": t_errors, "events": t_events,
          "gaps": t_gaps, "curve": t_curve, "fake": t_fake, "install": t_install}
 
 

@@ -354,6 +354,137 @@ START_TEST(other_sessions_are_not_held_up) {
 }
 END_TEST
 
+/* The consumer refuses inputs (core's fail-the-Nth injection on the engine's allocations, a step
+ * in turn): each refusal is reported in its update (consumer_status) and counted, the committed
+ * text it refused goes in with the next update, so at the end the consumer holds exactly the
+ * committed transcript, nothing lost or fed twice; between refusals the invariant (committed +
+ * " " + tail) holds after every update. Then the consumer is closed with a tail in it: the
+ * recognizer lets it go and writes nothing more. */
+START_TEST(refused_consumer_inputs_lose_nothing) {
+    rig_t g;
+    rig_open(&g);
+    rill_sched_sid_t sid = new_session(&g);
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, "Heard:", 6, true, NULL), RILL_OK);
+    idle(&g);
+    const int64_t n0 = rill_sched_session_tokens(g.sch, sid, NULL, 0);
+    heard_t h;
+    heard_init(&h);
+    rill_sched_asr_params_t p = rill_sched_asr_default_params();
+    p.whisper = g_w;
+    p.model = g_wmodel;
+    p.asr = asr_params();
+    p.consumer = sid;
+    p.on_update = on_update;
+    p.user = &h;
+    rill_sched_asr_t *a = NULL;
+    ck_assert_int_eq(rill_sched_asr_attach(g.sch, &p, &a), RILL_OK);
+    char got[8192], want[8192];
+    int refused_rounds = 0, clean_checks = 0, round = 0, injected = 0;
+    bool armed = false;
+    int64_t armed_at = 0;
+    for (int pass = 0; pass < 2; pass++) { /* the clip twice: refusals in both streams */
+        for (int64_t at = 0; at < g_clip_n; at += CHUNK, round++) {
+            const int64_t n = g_clip_n - at < CHUNK ? g_clip_n - at : CHUNK;
+            pthread_mutex_lock(&h.mu);
+            const int ce0 = h.consumer_errors, e0 = h.errors;
+            pthread_mutex_unlock(&h.mu);
+            if (!armed && round % 2 == 0) {
+                /* the engine's next allocation fails, whichever round it comes in (the feed,
+                 * the wait and the checks below allocate nothing of core's while armed) */
+                armed_at = rill_mem_calls();
+                rill_mem_fail_nth(1);
+                armed = true;
+            }
+            ck_assert_int_eq(rill_sched_asr_feed(a, g_clip + at, n), RILL_OK);
+            idle(&g);
+            if (armed && rill_mem_calls() > armed_at) {
+                armed = false; /* it fired */
+                injected++;
+            }
+            pthread_mutex_lock(&h.mu);
+            const bool refused = h.consumer_errors != ce0, failed = h.errors != e0;
+            pthread_mutex_unlock(&h.mu);
+            refused_rounds += refused;
+            if (!refused && !failed && !armed) {
+                consumer_text(&g, sid, n0, got, sizeof got);
+                expected_text(&h, want, sizeof want);
+                if (strcmp(got, want) != 0) {
+                    /* only while committed text is owed (no update since the refusal) */
+                    ck_assert_int_gt(refused_rounds, 0);
+                    continue;
+                }
+                clean_checks++;
+            }
+        }
+        ck_assert_int_eq(rill_sched_asr_finish(a), RILL_OK);
+        idle(&g);
+    }
+    rill_mem_fail_nth(0);
+    /* one more stream without failures, so that what is owed goes in */
+    for (int64_t at = 0; at < g_clip_n; at += CHUNK) {
+        const int64_t n = g_clip_n - at < CHUNK ? g_clip_n - at : CHUNK;
+        ck_assert_int_eq(rill_sched_asr_feed(a, g_clip + at, n), RILL_OK);
+    }
+    ck_assert_int_eq(rill_sched_asr_finish(a), RILL_OK);
+    idle(&g);
+    rill_sched_asr_stats_t st;
+    ck_assert_int_eq(rill_sched_asr_stats(g.sch, a, &st), RILL_OK);
+    pthread_mutex_lock(&h.mu);
+    printf("refused consumer inputs: %d failures injected, %d rounds with a refusal (%d updates), "
+           "%d step errors, %d clean checks; consumer inputs %lld, errors %lld, lost %lld; "
+           "committed \"%s\"\n",
+           injected, refused_rounds, h.consumer_errors, h.errors, clean_checks,
+           (long long)st.consumer_inputs, (long long)st.consumer_errors,
+           (long long)st.consumer_lost, h.committed);
+    ck_assert_int_gt(h.consumer_errors, 0); /* the injection hit the consumer's inputs */
+    ck_assert_int_gt(clean_checks, 3);
+    ck_assert_int_ge(st.consumer_errors, h.consumer_errors);
+    ck_assert_int_eq(st.consumer_lost, 0);
+    ck_assert_int_eq(st.step_errors, h.errors);
+    ck_assert_int_eq(st.finishes, 3);
+    ck_assert_int_eq(h.finals, 3);
+    ck_assert_str_eq(h.tail, "");
+    /* the clip's sentence three times, each once */
+    int smooth = 0;
+    for (const char *q = strstr(h.committed, "smooth"); q != NULL; q = strstr(q + 1, "smooth")) {
+        smooth++;
+    }
+    ck_assert_int_eq(smooth, 3);
+    snprintf(want, sizeof want, "%s", h.committed);
+    pthread_mutex_unlock(&h.mu);
+    consumer_text(&g, sid, n0, got, sizeof got);
+    ck_assert_str_eq(got, want); /* nothing lost, nothing twice */
+    ck_assert(st.has_consumer);
+
+    /* the consumer vanishes with a tail in it: let go, nothing more written, no errors */
+    const int64_t half = g_clip_n / 2;
+    for (int64_t at = 0; at < half; at += CHUNK) {
+        ck_assert_int_eq(rill_sched_asr_feed(a, g_clip + at, CHUNK), RILL_OK);
+    }
+    idle(&g);
+    ck_assert_int_eq(rill_sched_session_close(g.sch, sid), RILL_OK);
+    ck_assert_int_eq(rill_sched_asr_stats(g.sch, a, &st), RILL_OK);
+    const int64_t inputs = st.consumer_inputs, errors = st.consumer_errors;
+    ck_assert_int_eq(rill_sched_asr_feed(a, g_clip + half, g_clip_n - half), RILL_OK);
+    ck_assert_int_eq(rill_sched_asr_finish(a), RILL_OK);
+    idle(&g);
+    ck_assert_int_eq(rill_sched_asr_stats(g.sch, a, &st), RILL_OK);
+    ck_assert(!st.has_consumer);
+    ck_assert_int_eq(st.consumer_inputs, inputs);
+    ck_assert_int_eq(st.consumer_errors, errors);
+    ck_assert_int_eq(st.finishes, 4);
+    pthread_mutex_lock(&h.mu);
+    ck_assert_int_eq(h.finals, 4);
+    ck_assert_int_eq(h.last_version, -1);
+    pthread_mutex_unlock(&h.mu);
+    /* a session under the closed one's id cannot be reached either */
+    ck_assert_int_eq(rill_sched_ingest_text(g.sch, sid, "x", 1, true, NULL), RILL_ENOTFOUND);
+    rill_sched_asr_detach(g.sch, &a);
+    heard_deinit(&h);
+    rig_close(&g);
+}
+END_TEST
+
 START_TEST(bad_feeds_and_attaches_are_refused) {
     rig_t g;
     rig_open(&g);
@@ -485,6 +616,7 @@ int main(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, recognizer_feeds_its_consumer);
     tcase_add_test(tc, other_sessions_are_not_held_up);
+    tcase_add_test(tc, refused_consumer_inputs_lose_nothing);
     tcase_add_test(tc, bad_feeds_and_attaches_are_refused);
     tcase_add_test(tc, destroy_frees_attached_recognizers);
     suite_add_tcase(s, tc);

@@ -33,6 +33,8 @@ PROTOCOL_VERSION = 1
 
 _REPLY_KEYS = frozenset(("v", "id", "status", "message", "result"))
 _ID_LIMIT = 1 << 63
+_AUDIO_MAX = 1 << 20  # ingest.audio's data at most 1 MiB (docs/protocol.md)
+_AUDIO_INTS = ("samples", "lost", "concealed_ms", "expected", "queue_free")
 
 KeyArg = Union[str, bytes, "os.PathLike[str]"]
 
@@ -382,6 +384,45 @@ class Client:
         r = self.call("ingest.ticks", {"session": session, "ticks": wire})
         if not isinstance(r, dict) or "version" not in r:
             raise FormatError("EFORMAT", "ingest.ticks result lacks 'version'", "ingest.ticks")
+        return r
+
+    def ingest_audio(self, session: str, data: Optional[bytes] = None, *,
+                     codec: str = "pcm16", rate: int = 16000, channels: int = 1,
+                     seq: Optional[int] = None, flush: bool = False) -> Dict[str, Any]:
+        """Sends one packet of `session`'s audio stream (a session with a recognizer:
+        `session_create` on a Whisper model, docs/protocol.md "Speech sessions"): `data` is
+        one Opus packet (``codec="opus"``; `rate` 8000, 12000, 16000, 24000 or 48000;
+        `channels` 1 or 2) or little-endian 16-bit interleaved frames, 1 ms to 1 s
+        (``"pcm16"``; any `rate` of 8..384 kHz, 1..32 `channels`), at most 1 MiB; `seq` counts
+        the stream's packets (required with data: gaps are concealed, repeats dropped).
+        ``data=None`` sends no packet, only the flush (then `flush` must be true). `flush` ends
+        the stream after the packet: the recognizer commits its tail (a final transcript
+        event) and the next packet starts a new stream. Returns ``{samples, packet, lost,
+        concealed_ms, expected, queue_free}``. Raises `InvalidArgumentError` (data that is not
+        bytes, no seq, neither a packet nor flush; nothing sent; or a packet that does not
+        match its stream), `RangeError` (over 1 MiB, nothing sent; or a rate or channel count
+        the codec does not take), `UnsupportedError` (no recognizer, another codec),
+        `FormatError` (a malformed packet), `FullError` (the recognizer's queue is full: send
+        the same packet again later), `NotFoundError`, `NotPermittedError`."""
+        args: Dict[str, Any] = {"session": session}
+        if data is not None:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise error_for("EINVAL", "ingest_audio: data must be bytes", "ingest.audio")
+            if seq is None:
+                raise error_for("EINVAL", "ingest_audio: a packet needs its seq", "ingest.audio")
+            if len(data) > _AUDIO_MAX:
+                raise RangeError("ERANGE", f"ingest_audio: a packet of {len(data)} bytes "
+                                 f"(at most {_AUDIO_MAX})", "ingest.audio")
+            args.update(codec=codec, rate=rate, channels=channels, seq=seq, data=bytes(data))
+        elif not flush:
+            raise error_for("EINVAL", "ingest_audio: neither a packet nor flush: nothing to send",
+                            "ingest.audio")
+        if flush:
+            args["flush"] = True
+        r = self.call("ingest.audio", args)
+        if not isinstance(r, dict) or not all(isinstance(r.get(k), int) for k in _AUDIO_INTS) \
+                or not isinstance(r.get("packet"), str):
+            raise FormatError("EFORMAT", "ingest.audio result lacks a field", "ingest.audio")
         return r
 
     def _version(self, cmd: str, args: Dict[str, Any]) -> int:

@@ -126,8 +126,12 @@ class StandingEvent:
 
 @dataclass
 class TranscriptEvent:
-    """``<session>/transcript``: a speech session's ``committed`` text (never taken back),
-    its ``tentative`` tail, after ``audio_s`` seconds of audio."""
+    """``<session>/transcript``: the words an update of a speech session's transcript
+    ``committed`` (never taken back: append them to what came before), its whole
+    ``tentative`` tail now, after ``audio_s`` seconds of audio; ``final`` for a flush's update
+    (the tail committed); ``version`` the session's data version after it (-1 for a
+    transcript-only session); ``status`` ``"OK"`` or the error's name, ``message`` its
+    detail."""
 
     topic: str
     session: str
@@ -137,6 +141,10 @@ class TranscriptEvent:
     committed: str = ""
     tentative: str = ""
     audio_s: float = 0.0
+    final: bool = False
+    version: int = -1
+    status: str = "OK"
+    message: str = ""
 
 
 @dataclass(frozen=True)
