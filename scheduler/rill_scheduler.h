@@ -674,16 +674,12 @@ rill_err_t rill_sched_spec_commit(rill_sched_t *sch, rill_sched_rid_t spec, cons
  * So the consumer's text after the inputs it had before is always the committed transcript,
  * then " " and the tentative tail (when there is one); committed pieces are joined with one
  * space. These are inputs like any other (logged, versioned, they make standing answers stale).
- * A consumer input that fails (RILL_EFULL: more than RILL_SCHED_MAX_QUEUED tokens queued on it;
- * RILL_ENOMEM; a log error) is reported in the update (consumer_status) and counted, and the
- * transcript goes on: committed text the consumer refused is kept and goes in, before the new
- * committed text, with the next update (which every later step makes while text is owed), so
- * none is lost or fed twice; only when even keeping it fails for memory is it lost (counted in
- * consumer_lost). After RILL_EFULL or RILL_ENOMEM the next update replaces the tail input again
- * (so the consumer again holds committed + " " + tail); after any other error (a replace the
- * session can no longer take) the old tail stays in the session as text and the next tail is a
- * new input. A consumer that is closed is let go, with what it was owed: the recognizer goes on
- * transcript-only.
+ * A consumer input that fails (RILL_EFULL: more than RILL_SCHED_MAX_QUEUED tokens queued on it,
+ * a log error) is reported in the update (consumer_status) and counted, and the transcript goes
+ * on: that update's committed text is lost to the consumer; after RILL_EFULL or RILL_ENOMEM the
+ * next update replaces the tail input again, after any other error (a replace the session can
+ * no longer take) the old tail stays in the session as text and the next tail is a new input.
+ * A consumer that is closed is let go: the recognizer goes on transcript-only.
  *
  * A finish (rill_sched_asr_finish) takes effect once the audio fed before it has been moved into
  * the recognizer: rill_asr_finish decodes the rest and commits the tentative tail (update.final),
@@ -709,8 +705,8 @@ typedef struct rill_sched_asr_update {
     int64_t audio_ms; /* audio the recognizer has taken so far over all its streams, ms */
     bool final;       /* the update of a finish: the tail is committed, the next audio is a
                          new stream */
-    rill_err_t consumer_status; /* RILL_OK, or the first consumer input's error (committed text
-                                   that did not go in is owed to the next update, see above) */
+    rill_err_t consumer_status; /* RILL_OK, or the consumer input's error (nothing of this update
+                                   reached it) */
     int64_t consumer_version;   /* the consumer's version after this update (-1: no consumer) */
 } rill_sched_asr_update_t;
 
@@ -780,8 +776,6 @@ typedef struct rill_sched_asr_stats {
     int64_t consumer_inputs;   /* inputs written to the consumer (texts, replaces, flushes) */
     int64_t consumer_replaces; /* of them, replaces of the tentative tail */
     int64_t consumer_errors;   /* consumer inputs that failed */
-    int64_t consumer_lost;     /* bytes of committed text the consumer refused that could not
-                                  be kept for the next update (out of memory) */
     int64_t step_ns;           /* engine time in recognizer steps */
     int64_t audio_ms;          /* as the update's */
     bool has_consumer;         /* still bound to its consumer */

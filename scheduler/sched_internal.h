@@ -355,10 +355,6 @@ struct rill_sched_asr {
     size_t tail_len, tail_cap;
     char *text; /* consumer text being built */
     size_t text_cap;
-    char *owed; /* committed text the consumer refused, for the next update */
-    size_t owed_len, owed_cap;
-    char *join; /* " " + the first committed text of a stream after the first */
-    size_t join_cap;
     rill_sched_asr_stats_t st;
     rill_asr_stats_t done; /* counters of the finished streams' recognizers, summed */
 };

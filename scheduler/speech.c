@@ -26,12 +26,8 @@
  * first one's: the session remembers its last 64 inputs (sessions/history.c), and a replace's
  * inputs leave the session, so this version always lies two inputs back.
  *
- * Invariant (tested by test_sched_speech): after each update whose consumer inputs succeeded the
- * consumer's text after its earlier input is the committed transcript + (" " + tail when there
- * is a tail). A refused input breaks it for that update only: committed text that did not go in
- * is owed (a->owed) and goes in first with the next update, which replaces the tail input again
- * (a->tail_len is then "unknown", so the tail counts as changed); a replace that went in whose
- * flush failed leaves its text held in the session, flushed by the next flushed input.
+ * Invariant (tested by test_scheduler's speech tests): after each update the consumer's text
+ * after its earlier input is the committed transcript + (" " + tail when there is a tail).
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,7 +38,6 @@
 #include "sched_internal.h"
 
 #define SPEECH_SCRATCH 16000 /* samples moved from the queue per pop (1 s) */
-#define SPEECH_JOIN    1024  /* bytes reserved for committed text led by a joining space */
 
 rill_sched_asr_params_t rill_sched_asr_default_params(void) {
     rill_sched_asr_params_t p = { 0 };
@@ -65,8 +60,6 @@ static void free_asr(rill_sched_asr_t *a) {
     rill_free(a->scratch);
     rill_free(a->tail);
     rill_free(a->text);
-    rill_free(a->owed);
-    rill_free(a->join);
     rill_free(a);
 }
 
@@ -102,12 +95,9 @@ rill_err_t rill_sched_asr_attach(rill_sched_t *sch, const rill_sched_asr_params_
     atomic_init(&a->finish_gen, 0);
     atomic_init(&a->closed, false);
     a->scratch = rill_malloc(RILL_MEM_SCHEDULER, SPEECH_SCRATCH * sizeof *a->scratch);
-    a->join_cap = SPEECH_JOIN;
-    a->join = rill_malloc(RILL_MEM_SCHEDULER, a->join_cap);
-    rill_err_t err =
-        a->scratch == NULL || a->join == NULL
-            ? RILL_ENOMEM
-            : rill_ring_init(&a->q, RILL_MEM_SCHEDULER, sizeof(float), (size_t)p->queue_ms * 16);
+    rill_err_t err = a->scratch == NULL ? RILL_ENOMEM
+                                        : rill_ring_init(&a->q, RILL_MEM_SCHEDULER, sizeof(float),
+                                                         (size_t)p->queue_ms * 16);
     if (err != RILL_OK) {
         free_asr(a);
         return rill__error(err, "out of memory (recognizer queue of %d ms)", p->queue_ms);
@@ -341,26 +331,6 @@ static bool counted(rill_sched_asr_t *a, rill_err_t err, rill_err_t *status, boo
     return true;
 }
 
-/* a->owed += p[0, n); false when out of memory (then nothing changes). */
-static bool owe(rill_sched_asr_t *a, const char *p, size_t n) {
-    if (a->owed_len + n + 1 > a->owed_cap) {
-        size_t cap = a->owed_cap < 256 ? 256 : a->owed_cap;
-        while (cap < a->owed_len + n + 1) {
-            cap *= 2;
-        }
-        char *g = rill_realloc(RILL_MEM_SCHEDULER, a->owed, cap);
-        if (g == NULL) {
-            return false;
-        }
-        a->owed = g;
-        a->owed_cap = cap;
-    }
-    memcpy(a->owed + a->owed_len, p, n);
-    a->owed_len += n;
-    a->owed[a->owed_len] = '\0';
-    return true;
-}
-
 /* After a failed consumer input: a transient one (a full queue, memory) leaves the tail input
  * to be replaced by the next update; any other (the session no longer reaches back to it) lets
  * it go: its text stays in the session, and the next tail is a new input. */
@@ -370,10 +340,9 @@ static void give_up_tail(rill_sched_asr_t *a, rill_err_t err) {
     }
 }
 
-/* Writes committed text d[0, dn) (after what is owed from refused updates) and the tail
- * t[0, tn) (changed: it differs from what the consumer holds) into the consumer (rill_scheduler.h,
- * "speech recognizers"). Returns the consumer's version after it (-1 without one); *status gets
- * the first input's error. */
+/* Writes committed text d[0, dn) and the tail t[0, tn) (changed: it differs from the last) into
+ * the consumer (rill_scheduler.h, "speech recognizers"). Returns the consumer's version after it
+ * (-1 without one); *status gets the first input's error. */
 static int64_t to_consumer(rill_sched_t *sch, rill_sched_asr_t *a, const char *d, size_t dn,
                            const char *t, size_t tn, bool tail_changed, rill_err_t *status) {
     *status = RILL_OK;
@@ -381,44 +350,29 @@ static int64_t to_consumer(rill_sched_t *sch, rill_sched_asr_t *a, const char *d
         return -1;
     }
     sess_t *x = rill__sched_find_sess(sch, a->consumer);
-    if (x == NULL) { /* closed: go on transcript-only (what it was owed goes too) */
+    if (x == NULL) { /* closed: go on transcript-only */
         a->consumer = 0;
         a->st.has_consumer = false;
-        a->owed_len = 0;
         return -1;
     }
-    /* the committed text: what was refused before, then this update's */
-    const char *c = d;
-    size_t cn = dn;
-    if (a->owed_len > 0) {
-        if (!owe(a, d, dn)) {
-            counted(a, RILL_ENOMEM, status, false);
-            a->st.consumer_lost += (int64_t)dn;
-            return rill_session_seq(x->s);
-        }
-        c = a->owed;
-        cn = a->owed_len;
-    }
-    if (cn > 0) {
-        const bool replace = a->tail_from > 0;
-        const rill_err_t err = replace ? rill__sched_input_replace(sch, x, a->tail_from, c, cn)
-                                       : rill__sched_input_text(sch, x, c, cn, true);
-        if (!counted(a, err, status, replace)) {
-            /* nothing of it went in: owed to the next update */
-            if (c != a->owed && !owe(a, d, dn)) {
-                a->st.consumer_lost += (int64_t)dn;
+    if (dn > 0) {
+        rill_err_t err;
+        if (a->tail_from > 0) {
+            err = rill__sched_input_replace(sch, x, a->tail_from, d, dn);
+            if (counted(a, err, status, true)) {
+                err = rill__sched_input_text(sch, x, "", 0, true);
+                counted(a, err, status, false);
             }
-            give_up_tail(a, err);
+        } else {
+            err = rill__sched_input_text(sch, x, d, dn, true);
+            counted(a, err, status, false);
+        }
+        if (*status != RILL_OK) {
+            give_up_tail(a, *status);
             return rill_session_seq(x->s);
         }
-        a->owed_len = 0;
-        a->tail_from = -1; /* the tail inputs went with the replace: a new one follows */
-        tail_changed = true;
-        if (replace) {
-            /* a failed flush leaves the text in, held until the next flushed input (the tail's
-             * below, or the next update's) */
-            counted(a, rill__sched_input_text(sch, x, "", 0, true), status, false);
-        }
+        a->tail_from = -1;
+        tail_changed = true; /* the tail inputs went with the replace: a new one follows */
     }
     if (!tail_changed) {
         return rill_session_seq(x->s);
@@ -491,32 +445,20 @@ static void run_step(rill_sched_t *sch, rill_sched_asr_t *a) {
      * first words with none) */
     const char *d = u.committed;
     size_t dn = u.committed_len;
+    char *joined = NULL;
     if (dn > 0 && d[0] != ' ' && a->any_committed) {
-        /* into a buffer of our own that only grows (SPEECH_JOIN reserved at attach), so that
-         * only a first commit longer than any before can meet a failed allocation (the text
-         * then goes on without its space) */
-        if (dn + 2 > a->join_cap) {
-            size_t cap = a->join_cap * 2;
-            while (cap < dn + 2) {
-                cap *= 2;
-            }
-            char *g = rill_realloc(RILL_MEM_SCHEDULER, a->join, cap);
-            if (g != NULL) {
-                a->join = g;
-                a->join_cap = cap;
-            }
-        }
-        if (dn + 2 <= a->join_cap) {
-            a->join[0] = ' ';
-            memcpy(a->join + 1, d, dn);
-            a->join[dn + 1] = '\0';
-            d = a->join;
+        joined = rill_malloc(RILL_MEM_SCHEDULER, dn + 2);
+        if (joined != NULL) {
+            joined[0] = ' ';
+            memcpy(joined + 1, d, dn);
+            joined[dn + 1] = '\0';
+            d = joined;
             dn++;
         }
     }
     const bool tail_changed = u.tentative_len != a->tail_len ||
                               (a->tail_len > 0 && memcmp(u.tentative, a->tail, a->tail_len) != 0);
-    if (dn > 0 || tail_changed || final || a->owed_len > 0) {
+    if (dn > 0 || tail_changed || final) {
         rill_err_t cst = RILL_OK;
         up.consumer_version =
             to_consumer(sch, a, d, dn, u.tentative, u.tentative_len, tail_changed, &cst);
@@ -538,15 +480,15 @@ static void run_step(rill_sched_t *sch, rill_sched_asr_t *a) {
                 a->tail_cap = u.tentative_len + 1;
             }
         }
-        if (u.tentative_len + 1 <= a->tail_cap && cst == RILL_OK) {
+        if (u.tentative_len + 1 <= a->tail_cap) {
             memcpy(a->tail, u.tentative, u.tentative_len);
             a->tail_len = u.tentative_len;
         } else {
-            /* no copy, or the consumer may not hold this tail: the next counts as changed */
-            a->tail_len = (size_t)-1;
+            a->tail_len = (size_t)-1; /* no copy: the next tail counts as changed */
         }
         report(a, &up);
     }
+    rill_free(joined);
     if (!final) {
         return;
     }
