@@ -8,9 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "rill_alloc.h"
+#include "rill_log.h"
 
 static const cli_opt_t *find_opt(const cli_opt_t *opts, const char *arg, size_t len) {
     for (const cli_opt_t *o = opts; o->name != NULL; o++) {
@@ -207,4 +210,89 @@ const char *cli_default_model(void) {
                 RILL_DEFAULT_MODEL);
     }
     return p;
+}
+
+bool cli_buf_append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap < 256 ? 256 : *cap;
+        while (c < *len + n + 1) {
+            c *= 2;
+        }
+        char *g = rill_realloc(RILL_MEM_OTHER, *p, c);
+        if (g == NULL) {
+            return false;
+        }
+        *p = g;
+        *cap = c;
+    }
+    memcpy(*p + *len, s, n);
+    *len += n;
+    (*p)[*len] = '\0';
+    return true;
+}
+
+/* Bytes of the valid UTF-8 sequence at s[0, n), or 0 when it is not one (overlong forms,
+ * surrogates and values past U+10FFFF are not). */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    size_t len = s[0] < 0x80             ? 1
+                 : (s[0] & 0xE0) == 0xC0 ? 2
+                 : (s[0] & 0xF0) == 0xE0 ? 3
+                 : (s[0] & 0xF8) == 0xF0 ? 4
+                                         : 0;
+    if (len == 0 || len > n) {
+        return 0;
+    }
+    uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) {
+            return 0;
+        }
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
+    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
+        return 0;
+    }
+    return len;
+}
+
+void cli_json_str(FILE *f, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    fputc('"', f);
+    for (size_t i = 0; i < n;) {
+        const unsigned char c = u[i];
+        size_t len = utf8_len(u + i, n - i);
+        if (len == 0) {
+            fputs("\\ufffd", f);
+            i++;
+        } else if (c == '"' || c == '\\') {
+            fprintf(f, "\\%c", c);
+            i++;
+        } else if (c == '\n') {
+            fputs("\\n", f);
+            i++;
+        } else if (c < 0x20 || c == 0x7F) {
+            fprintf(f, "\\u%04x", c);
+            i++;
+        } else {
+            fwrite(u + i, 1, len, f);
+            i += len;
+        }
+    }
+    fputc('"', f);
+}
+
+void cli_pace_to(uint64_t t0_ns, int64_t samples, int rate, double pace,
+                 const volatile sig_atomic_t *stop) {
+    if (pace <= 0 || rate <= 0) {
+        return;
+    }
+    const double due = (double)samples / rate / pace;
+    const double now = (double)(rill_now_ns() - t0_ns) * 1e-9;
+    if (due > now) {
+        const double d = due - now;
+        struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR && (stop == NULL || !*stop)) {
+        }
+    }
 }

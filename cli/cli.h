@@ -14,7 +14,9 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum cli_kind {
     CLI_FLAG,   /* bool, no value */
@@ -59,6 +61,21 @@ const char *cli_default_model(void);
  * and the variable is set). Returns a static buffer (overwritten by the next call), or NULL
  * without a message when it is not found. */
 const char *cli_find_model(const char *file, const char *env_name);
+
+/* Appends s[0, n) to the growing NUL-ended buffer *p (length *len, capacity *cap; *p NULL with
+ * both 0 to start; the caller frees *p with rill_free). Returns false when out of memory, with
+ * nothing appended. */
+bool cli_buf_append(char **p, size_t *len, size_t *cap, const char *s, size_t n);
+
+/* Writes s[0, n) to f as a JSON string, quotes included. Bytes that are not valid UTF-8 (a model
+ * or a recognizer may emit any) become U+FFFD, so every line written is valid JSON. */
+void cli_json_str(FILE *f, const char *s, size_t n);
+
+/* Sleeps until the wall clock (rill_now_ns) reaches t0_ns + samples / rate / pace seconds:
+ * reading a file at pace times real time (pace <= 0: returns at once). A signal ends the sleep
+ * early when *stop is set (stop may be NULL). */
+void cli_pace_to(uint64_t t0_ns, int64_t samples, int rate, double pace,
+                 const volatile sig_atomic_t *stop);
 
 #define RILL_DEFAULT_MODEL "SmolLM2-135M-Instruct.Q4_1.gguf"
 

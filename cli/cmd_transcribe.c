@@ -19,7 +19,6 @@
  * rewritten in place (cursor saved before it, restored and cleared at the next change); not on a
  * terminal: only committed text. A summary goes to stderr.
  */
-#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,42 +60,6 @@ static double wall_s(const out_state_t *o) {
     return (double)(rill_now_ns() - o->t0) * 1e-9;
 }
 
-static bool append(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap < 256 ? 256 : *cap;
-        while (c < *len + n + 1) {
-            c *= 2;
-        }
-        char *g = rill_realloc(RILL_MEM_OTHER, *p, c);
-        if (g == NULL) {
-            return false;
-        }
-        *p = g;
-        *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = '\0';
-    return true;
-}
-
-static void json_str(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        const unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-        } else if (c == '\n') {
-            fputs("\\n", f);
-        } else if (c < 0x20) {
-            fprintf(f, "\\u%04x", c);
-        } else {
-            fputc(c, f);
-        }
-    }
-    fputc('"', f);
-}
-
 /* Shows one update; returns false when out of memory. */
 static bool show(out_state_t *o, const rill_asr_update_t *u) {
     const bool changed = u->committed_len > 0 || u->tentative_len != o->tent_len ||
@@ -104,19 +67,19 @@ static bool show(out_state_t *o, const rill_asr_update_t *u) {
     if (!changed) {
         return true;
     }
-    if (!append(&o->committed, &o->len, &o->cap, u->committed, u->committed_len)) {
+    if (!cli_buf_append(&o->committed, &o->len, &o->cap, u->committed, u->committed_len)) {
         return false;
     }
     o->tent_len = 0;
-    if (!append(&o->tent, &o->tent_len, &o->tent_cap, u->tentative, u->tentative_len)) {
+    if (!cli_buf_append(&o->tent, &o->tent_len, &o->tent_cap, u->tentative, u->tentative_len)) {
         return false;
     }
     if (o->json) {
         printf("{\"audio_s\": %.2f, \"wall_s\": %.2f, \"committed\": ", (double)u->audio_ms / 1000,
                wall_s(o));
-        json_str(stdout, o->committed, o->len);
+        cli_json_str(stdout, o->committed, o->len);
         printf(", \"tentative\": ");
-        json_str(stdout, u->tentative, u->tentative_len);
+        cli_json_str(stdout, u->tentative, u->tentative_len);
         printf("}\n");
     } else if (o->tty) {
         if (o->tent_shown) {
@@ -145,21 +108,6 @@ static bool show(out_state_t *o, const rill_asr_update_t *u) {
     }
     fflush(stdout);
     return true;
-}
-
-/* Sleeps until the wall clock reaches audio_samples / 16 kHz / pace since t0. */
-static void pace_to(const out_state_t *o, int64_t audio_samples, double pace) {
-    if (pace <= 0) {
-        return;
-    }
-    const double due = (double)audio_samples / RILL_AUDIO_RATE / pace;
-    const double now = wall_s(o);
-    if (due > now) {
-        const double d = due - now;
-        struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR && !g_stop) {
-        }
-    }
 }
 
 int cmd_transcribe(int argc, char **argv) {
@@ -324,7 +272,7 @@ int cmd_transcribe(int argc, char **argv) {
                 continue;
             }
         } else {
-            pace_to(&o, fed, pace);
+            cli_pace_to(o.t0, fed, RILL_AUDIO_RATE, pace, &g_stop);
             n = rill_audio_file_read(file, buf, CHUNK);
             if (n == 0 || g_stop) {
                 break;
@@ -372,7 +320,7 @@ int cmd_transcribe(int argc, char **argv) {
     }
     if (json) {
         printf("{\"final\": true, \"text\": ");
-        json_str(stdout, text, text_len);
+        cli_json_str(stdout, text, text_len);
         printf(", \"audio_s\": %.2f, \"wall_s\": %.2f, \"rtf\": %.3f}\n", audio_s, wall,
                audio_s > 0 ? wall / audio_s : 0.0);
     } else if (o.len > 0) {

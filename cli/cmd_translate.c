@@ -31,7 +31,6 @@
  */
 #include <errno.h>
 #include <stdint.h>
-#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,96 +68,8 @@ typedef struct out {
     size_t src_len, src_cap;
 } out_t;
 
-/* Bytes of the valid UTF-8 sequence at s[0, n), or 0 when it is not one (overlong forms,
- * surrogates and values past U+10FFFF are not). */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    size_t len = s[0] < 0x80             ? 1
-                 : (s[0] & 0xE0) == 0xC0 ? 2
-                 : (s[0] & 0xF0) == 0xE0 ? 3
-                 : (s[0] & 0xF8) == 0xF0 ? 4
-                                         : 0;
-    if (len == 0 || len > n) {
-        return 0;
-    }
-    uint32_t cp = len == 1 ? s[0] : s[0] & (0x7F >> len);
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) {
-            return 0;
-        }
-        cp = (cp << 6) | (s[i] & 0x3F);
-    }
-    static const uint32_t min[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-        return 0;
-    }
-    return len;
-}
-
-/* A JSON string of s[0, n); bytes that are not valid UTF-8 (a model may emit any) become
- * U+FFFD, so every line is valid JSON. */
-static void json_str(FILE *f, const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    fputc('"', f);
-    for (size_t i = 0; i < n;) {
-        const unsigned char c = u[i];
-        size_t len = utf8_len(u + i, n - i);
-        if (len == 0) {
-            fputs("\\ufffd", f);
-            i++;
-        } else if (c == '"' || c == '\\') {
-            fprintf(f, "\\%c", c);
-            i++;
-        } else if (c == '\n') {
-            fputs("\\n", f);
-            i++;
-        } else if (c < 0x20 || c == 0x7F) {
-            fprintf(f, "\\u%04x", c);
-            i++;
-        } else {
-            fwrite(u + i, 1, len, f);
-            i += len;
-        }
-    }
-    fputc('"', f);
-}
-
-/* Appends s[0, n) to *p (NUL-ended); false when out of memory (nothing appended). */
-static bool buf_grow(char **p, size_t *len, size_t *cap, const char *s, size_t n) {
-    if (*len + n + 1 > *cap) {
-        size_t c = *cap < 256 ? 256 : *cap;
-        while (c < *len + n + 1) {
-            c *= 2;
-        }
-        char *g = rill_realloc(RILL_MEM_OTHER, *p, c);
-        if (g == NULL) {
-            return false;
-        }
-        *p = g;
-        *cap = c;
-    }
-    memcpy(*p + *len, s, n);
-    *len += n;
-    (*p)[*len] = '\0';
-    return true;
-}
-
 static bool text_add(out_t *o, const char *s, size_t n) {
-    if (o->len + n + 2 > o->cap) {
-        size_t cap = o->cap < 256 ? 256 : o->cap;
-        while (cap < o->len + n + 2) {
-            cap *= 2;
-        }
-        char *p = rill_realloc(RILL_MEM_OTHER, o->text, cap);
-        if (p == NULL) {
-            return false;
-        }
-        o->text = p;
-        o->cap = cap;
-    }
-    memcpy(o->text + o->len, s, n);
-    o->len += n;
-    o->text[o->len] = '\0';
-    return true;
+    return cli_buf_append(&o->text, &o->len, &o->cap, s, n);
 }
 
 static void on_emit(void *user, const rill_translate_emit_t *e) {
@@ -170,7 +81,7 @@ static void on_emit(void *user, const rill_translate_emit_t *e) {
     }
     if (o->json) {
         fputs("{\"emit\": ", stdout);
-        json_str(stdout, e->text, e->len);
+        cli_json_str(stdout, e->text, e->len);
         if (o->audio) {
             printf(", \"src_s\": %.3f", (double)o->audio_fed / RILL_AUDIO_RATE);
         }
@@ -289,7 +200,7 @@ static int asr_step(speech_t *sp, rill_translate_t *t, out_t *o, bool finish) {
         if (o->src_len == 0 && c[0] == ' ') {
             c++, n--;
         }
-        if (!buf_grow(&o->src, &o->src_len, &o->src_cap, c, n)) {
+        if (!cli_buf_append(&o->src, &o->src_len, &o->src_cap, c, n)) {
             o->oom = true;
         }
     }
@@ -299,21 +210,6 @@ static int asr_step(speech_t *sp, rill_translate_t *t, out_t *o, bool finish) {
         return 1;
     }
     return 0;
-}
-
-/* Sleeps until the wall clock reaches samples / 16 kHz / pace since t0 (pace 0: never). */
-static void pace_to(uint64_t t0, int64_t samples, double pace) {
-    if (pace <= 0) {
-        return;
-    }
-    const double due = (double)samples / RILL_AUDIO_RATE / pace;
-    const double now = (double)(rill_now_ns() - t0) * 1e-9;
-    if (due > now) {
-        const double d = due - now;
-        struct timespec ts = { (time_t)d, (long)((d - (double)(time_t)d) * 1e9) };
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-        }
-    }
 }
 
 /* --audio: the recognizer's committed words into t as the file is read. 0 or 1. */
@@ -326,7 +222,7 @@ static int translate_audio(speech_t *sp, rill_translate_t *t, out_t *o, const ch
     }
     int status = 0;
     for (;;) {
-        pace_to(t0, o->audio_fed, pace);
+        cli_pace_to(t0, o->audio_fed, RILL_AUDIO_RATE, pace, NULL);
         int64_t n = rill_audio_file_read(sp->file, buf, CHUNK);
         if (n == 0) {
             break;
@@ -578,11 +474,11 @@ int cmd_translate(int argc, char **argv) {
         const double compute_s = (double)(st.compute_ns + o.asr_ns) / 1e9;
         if (json) {
             fputs("{\"final\": true, \"text\": ", stdout);
-            json_str(stdout, o.text != NULL ? o.text : "", o.len);
+            cli_json_str(stdout, o.text != NULL ? o.text : "", o.len);
             if (o.audio) {
                 printf(", \"src_s\": %.3f, \"transcript\": ",
                        (double)o.audio_fed / RILL_AUDIO_RATE);
-                json_str(stdout, o.src != NULL ? o.src : "", o.src_len);
+                cli_json_str(stdout, o.src != NULL ? o.src : "", o.src_len);
             }
             printf(", \"compute_s\": %.3f}\n", compute_s);
         }
